@@ -1,0 +1,39 @@
+# The two commands of the README's Quick start: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Re-install when the project's metadata changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+demo: $(VENV)/.installed
+	$(BIN)/lantern demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check lantern tests bench
+	$(BIN)/ruff format --check lantern tests bench
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy lantern
+
+test: lint typecheck
+	$(BIN)/python tests/pg_server.py ensure
+	$(BIN)/pytest -n 2 -q
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/steps.py
+
+clean:
+	rm -rf $(VENV) .lantern

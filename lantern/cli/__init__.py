@@ -1,0 +1,1 @@
+"""The ``lantern`` command line."""

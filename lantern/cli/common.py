@@ -1,0 +1,73 @@
+"""What every command shares: settings, an opened store, and one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import click
+
+from lantern.config import Settings
+from lantern.errors import DefinitionError, LanternError, UsageError
+from lantern.store.base import Store, open_store
+
+T = TypeVar("T")
+
+
+def settings(ctx: click.Context) -> Settings:
+    obj: Settings = ctx.ensure_object(dict).setdefault("settings", Settings.from_env())
+    return obj
+
+
+def with_database(ctx: click.Context, url: str | None) -> None:
+    if url:
+        ctx.obj["settings"] = replace(settings(ctx), database_url=url)
+
+
+def cli_worker_id(s: Settings) -> str:
+    """In-process runs get their own identity unless LANTERN_WORKER_ID names one."""
+    return os.environ.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:cli-{os.getpid()}"
+
+
+@asynccontextmanager
+async def opened(s: Settings) -> AsyncIterator[Store]:
+    store = open_store(s.database_url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a command body; a Lantern error becomes one line on stderr and exit 1 (2 for usage)."""
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except DefinitionError as exc:
+        fail(str(exc), 1)
+    except UsageError as exc:
+        fail(str(exc), 2)
+    except LanternError as exc:
+        fail(str(exc), 1)
+    except Exception as exc:  # a driver or OS error: still one line, never a traceback
+        fail(f"{type(exc).__name__}: {exc}", 1)
+    raise AssertionError("unreachable")
+
+
+def fail(message: str, status: int) -> None:
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(status)
+
+
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from exc

@@ -1,0 +1,244 @@
+"""``lantern``: agents, runs and the executor from the command line (CONTRACT §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Column, Table
+
+from lantern.app import load_app
+from lantern.cli import waterfall
+from lantern.cli.common import cli_worker_id, fail, opened, parse_json, run, settings, with_database
+from lantern.durations import parse_duration
+from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
+from lantern.engine.worker import Worker
+from lantern.errors import NotFound
+from lantern.views import run_json
+
+DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+APP = click.option("--app", "app_spec", metavar="MODULE:OBJECT", help="Load the user's tools.")
+
+
+@click.group()
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Lantern: durable execution for AI agents."""
+    settings(ctx)
+
+
+@cli.group()
+def agents() -> None:
+    """Agent definitions."""
+
+
+@agents.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@DATABASE
+@click.pass_context
+def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> None:
+    """Validate FILE (JSON or YAML) and store it as the agent's next version."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+    try:
+        definition = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"cannot read {file}: {' '.join(str(exc).split())}", 2)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            agent = await apply_agent(store, definition)
+        click.echo(f"applied {agent.name} v{agent.version}")
+
+    run(body)
+
+
+@agents.command("list")
+@DATABASE
+@click.pass_context
+def agents_list(ctx: click.Context, database_url: str | None) -> None:
+    """The newest version of each agent."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.list_agents(DEFAULT_WORKSPACE)
+        table = Table("name", "version", "nodes", "applied")
+        for a in found:
+            nodes = len(a.definition.get("graph", {}).get("nodes", []))
+            table.add_row(
+                a.name, str(a.version), str(nodes), a.created_at.isoformat(" ", "seconds")
+            )
+        Console().print(table)
+
+    run(body)
+
+
+@cli.command("run")
+@click.argument("agent")
+@click.option("--input", "input_json", default="{}", help="The run's input as JSON.")
+@click.option("--wait", is_flag=True, help="Execute here and print the finished run.")
+@APP
+@DATABASE
+@click.pass_context
+def run_agent(
+    ctx: click.Context,
+    agent: str,
+    input_json: str,
+    wait: bool,
+    app_spec: str | None,
+    database_url: str | None,
+) -> None:
+    """Start a run of AGENT. Without --wait it is queued for `lantern serve`."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> int:
+        value = parse_json(input_json, "--input")
+        app = load_app(app_spec)
+        async with opened(s) as store:
+            created = await create_run(store, agent, value)
+            if not wait:
+                click.echo(created.id)
+                return 0
+            async with Worker(store, app, worker_id=cli_worker_id(s), lease_ttl=s.lease_ttl) as w:
+                assert w.runner is not None
+                finished = await w.runner.drive(created.id)
+            if finished is None:
+                raise NotFound(f"run {created.id} was taken over by another worker")
+        click.echo(json.dumps(run_json(finished), indent=2))
+        return 0 if finished.status == "succeeded" else 1
+
+    sys.exit(run(body))
+
+
+@cli.group()
+def runs() -> None:
+    """Runs and their journals."""
+
+
+@runs.command("list")
+@click.option(
+    "--status",
+    type=click.Choice(["queued", "running", "waiting", "succeeded", "failed", "cancelled"]),
+)
+@click.option("--agent", "agent_name")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20)
+@DATABASE
+@click.pass_context
+def runs_list(
+    ctx: click.Context, status: Any, agent_name: str | None, limit: int, database_url: str | None
+) -> None:
+    """Runs, newest first."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.list_runs(
+                DEFAULT_WORKSPACE, status=status, agent_name=agent_name, limit=limit
+            )
+        table = Table("agent", "status", "created", "updated")
+        table.columns.insert(0, Column("id", no_wrap=True))
+        for r in found:
+            table.add_row(
+                r.id,
+                f"{r.agent_name} v{r.agent_version}",
+                r.status,
+                r.created_at.isoformat(" ", "seconds"),
+                r.updated_at.isoformat(" ", "seconds"),
+            )
+        Console().print(table)
+
+    run(body)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@DATABASE
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None:
+    """The run's waterfall: a row per step, with what the journal replayed."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.get_run(run_id)
+            if found is None:
+                raise NotFound(f"run {run_id} not found")
+            events = await store.events(run_id)
+        waterfall.render(found, events, Console())
+
+    run(body)
+
+
+@cli.command()
+@APP
+@DATABASE
+@click.option("--worker-id", help="Overrides LANTERN_WORKER_ID.")
+@click.option("--lease-ttl", help="A Go duration; overrides LANTERN_LEASE_TTL.")
+@click.option("--grace", default="30s", help="How long a clean stop waits for steps in flight.")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    app_spec: str | None,
+    database_url: str | None,
+    worker_id: str | None,
+    lease_ttl: str | None,
+    grace: str,
+) -> None:
+    """Run the executor: take back this worker's runs, then execute queued runs."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+    try:
+        if worker_id:
+            s = replace(s, worker_id=worker_id)
+        if lease_ttl:
+            s = replace(s, lease_ttl=parse_duration(lease_ttl))
+        grace_s = parse_duration(grace)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    async def body() -> None:
+        app = load_app(app_spec)
+        async with (
+            opened(s) as store,
+            Worker(store, app, worker_id=s.worker_id, lease_ttl=s.lease_ttl) as worker,
+        ):
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, worker.stopping.set)
+            logging.getLogger("lantern").info("worker %s serving %s", s.worker_id, s.database_url)
+            serving = asyncio.create_task(worker.serve())
+            await worker.stopping.wait()
+            await serving
+            await worker.stop(grace_s)
+
+    run(body)
+
+
+@cli.command()
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".lantern/demo")
+)
+def demo(workdir: Path) -> None:
+    """The crash-and-resume story, offline: what `make demo` runs."""
+    from lantern.demo.story import tell
+
+    sys.exit(tell(workdir))
+
+
+def main() -> None:
+    cli(prog_name="lantern")

@@ -1,0 +1,97 @@
+"""The run waterfall in the terminal: a row per step, from the journal alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from lantern.store.records import Event, Run
+
+BAR_WIDTH = 32
+_STYLE = {"completed": "green", "failed": "red", "in flight": "yellow"}
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step_id: str
+    node_type: str
+    start: float  # seconds from run_started
+    duration: float | None  # None while in flight
+    status: str  # completed | failed | in flight
+    attempt: int
+    replayed: bool  # served from the journal by a later re-drive
+
+
+def step_rows(events: Sequence[Event]) -> list[StepRow]:
+    if not events:
+        return []
+    origin = events[0].at
+    started: dict[str, tuple[datetime, str, int]] = {}
+    ended: dict[str, tuple[datetime, str]] = {}
+    replayed: set[str] = set()
+    for e in events:
+        if e.kind == "step_started" and e.step_id:
+            if e.step_id not in started:
+                started[e.step_id] = (e.at, e.data.get("type", ""), e.attempt or 1)
+        elif e.kind in ("step_completed", "step_failed") and e.step_id:
+            status = "completed" if e.kind == "step_completed" else "failed"
+            ended[e.step_id] = (e.at, status)
+        elif e.kind == "run_recovered":
+            replayed.update(e.data.get("replayed", []))
+    rows = []
+    for step, (at, node_type, attempt) in started.items():
+        end = ended.get(step)
+        rows.append(
+            StepRow(
+                step_id=step,
+                node_type=node_type,
+                start=(at - origin).total_seconds(),
+                duration=None if end is None else (end[0] - at).total_seconds(),
+                status="in flight" if end is None else end[1],
+                attempt=attempt,
+                replayed=step in replayed,
+            )
+        )
+    return rows
+
+
+def render(run: Run, events: Sequence[Event], console: Console) -> None:
+    rows = step_rows(events)
+    total = max([r.start + (r.duration or 0) for r in rows] + [0.001])
+    recoveries = [e for e in events if e.kind == "run_recovered"]
+    console.print(
+        f"[bold]{run.id}[/]  agent {run.agent_name} v{run.agent_version}  "
+        f"status [bold]{run.status}[/]  {len(events)} events  "
+        f"{len(recoveries)} recover{'y' if len(recoveries) == 1 else 'ies'}"
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("step", "type", "start", "duration", "", "status", "attempt", "journal"):
+        table.add_column(column, no_wrap=True)
+    for r in rows:
+        offset = int(r.start / total * BAR_WIDTH)
+        length = max(1, int((r.duration or 0) / total * BAR_WIDTH))
+        bar = Text(" " * offset + "█" * length, style=_STYLE.get(r.status, ""))
+        table.add_row(
+            r.step_id,
+            r.node_type,
+            f"+{r.start * 1000:.0f}ms",
+            "…" if r.duration is None else f"{r.duration * 1000:.0f}ms",
+            bar,
+            Text(r.status, style=_STYLE.get(r.status, "")),
+            str(r.attempt),
+            "replayed" if r.replayed else "",
+        )
+    console.print(table)
+    for e in recoveries:
+        console.print(
+            f"  recovered at seq {e.seq}: {e.data.get('fromWorker')} -> {e.data.get('toWorker')}"
+            f" (epoch {e.data.get('epoch')}); replayed {len(e.data.get('replayed', []))} step(s)"
+            f" from the journal, re-ran {', '.join(e.data.get('inFlight', [])) or 'nothing'}"
+        )
+    if run.error:
+        console.print(f"[red]error:[/] {run.error}")

@@ -1,0 +1,50 @@
+"""Settings from the environment (CONTRACT §2); command-line flags override them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lantern.durations import parse_duration
+
+log = logging.getLogger("lantern.config")
+
+DEFAULT_DATABASE_URL = "sqlite:///.lantern/lantern.db"
+
+
+def _duration(env: Mapping[str, str], name: str, default: str, *, positive: bool = True) -> float:
+    raw = env.get(name, default)
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0 and positive:
+        log.warning("%s=%r is not a positive Go duration; using %s", name, raw, default)
+        value = parse_duration(default)
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    lease_ttl: float = 600.0
+    recovery_interval: float = 30.0
+    worker_id: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8787
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        port = int(e.get("LANTERN_PORT", "8787"))
+        return cls(
+            database_url=e.get("LANTERN_DATABASE_URL", DEFAULT_DATABASE_URL),
+            lease_ttl=_duration(e, "LANTERN_LEASE_TTL", "10m"),
+            recovery_interval=_duration(e, "LANTERN_RECOVERY_INTERVAL", "30s"),
+            worker_id=e.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:{port}",
+            host=e.get("LANTERN_HOST", "127.0.0.1"),
+            port=port,
+        )

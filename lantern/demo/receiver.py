@@ -1,0 +1,110 @@
+"""A small HTTP receiver on 127.0.0.1 that records every request it gets.
+
+The demo and the tests point http connectors at it to count deliveries and their
+Idempotency-Keys. ``hold(path)`` keeps requests to a path waiting (a request in flight) until
+``release()``, so a test can kill the sender at exactly that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    method: str
+    idempotency_key: str | None
+    body: Any
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.hits: list[Hit] = []
+        self._lock = threading.Lock()
+        self._held: str | None = None
+        self._release = threading.Event()
+        self.arrived = threading.Event()  # a held request has arrived
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                hit = Hit(self.path, self.command, self.headers.get("Idempotency-Key"), body)
+                with receiver._lock:
+                    receiver.hits.append(hit)
+                    count = sum(1 for h in receiver.hits if h.path == self.path)
+                    held = receiver._held == self.path
+                if held:
+                    receiver.arrived.set()
+                    receiver._release.wait(60)
+                payload = json.dumps({"path": self.path, "received": count}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_PUT = do_POST
+            do_GET = do_POST
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def hold(self, path: str) -> None:
+        """Keep the next requests to ``path`` in flight until ``release()``."""
+        with self._lock:
+            self._held = path
+            self._release.clear()
+            self.arrived.clear()
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = None
+        self._release.set()
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for h in self.hits if h.path == path)
+
+    def keys(self, path: str) -> set[str | None]:
+        with self._lock:
+            return {h.idempotency_key for h in self.hits if h.path == path}
+
+
+@contextmanager
+def running() -> Iterator[Receiver]:
+    receiver = Receiver().start()
+    try:
+        yield receiver
+    finally:
+        receiver.close()

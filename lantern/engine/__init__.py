@@ -1,0 +1,1 @@
+"""The durable engine: journal, replay gate, interpreter, runner, leases and workers."""

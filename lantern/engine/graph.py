@@ -1,0 +1,251 @@
+"""Agent definitions: parsing and validation into an immutable ``Graph`` (CONTRACT §5).
+
+Validation collects every problem before it fails, so one error names them all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from lantern.engine import templates
+from lantern.errors import DefinitionError
+
+AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector"})
+PLANNED_TYPES = frozenset({"ai-step", "subagent", "approval"})
+RETRYABLE_CLASSES = frozenset({"any", "timeout", "llm", "connector", "tool"})
+HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    type: str
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    nodes: Mapping[str, Node]  # in definition order
+    predecessors: Mapping[str, tuple[str, ...]]
+    successors: Mapping[str, tuple[str, ...]]
+    trigger: str
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return tuple(n for n in self.nodes if not self.successors[n])
+
+
+def parse_agent(definition: Any) -> Graph:
+    """Validate a whole agent definition and return its graph, or raise DefinitionError."""
+    if not isinstance(definition, dict):
+        raise DefinitionError(["the definition must be a JSON object"])
+    problems: list[str] = []
+    name = definition.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(
+            "name must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    graph = definition.get("graph")
+    if graph is None:
+        if "model" in definition:
+            problems.append("plain LLM agents (no graph) are not available yet")
+        else:
+            problems.append("a definition needs a 'graph' with 'nodes' and 'edges'")
+        raise DefinitionError(problems)
+    if not isinstance(graph, dict):
+        raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
+    result = _parse_graph(str(name), graph, problems)
+    if problems:
+        raise DefinitionError(problems)
+    assert result is not None
+    return result
+
+
+def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph | None:
+    raw_nodes = graph.get("nodes")
+    raw_edges = graph.get("edges", [])
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        problems.append("graph.nodes must be a non-empty list")
+        return None
+    if not isinstance(raw_edges, list):
+        problems.append("graph.edges must be a list")
+        return None
+
+    nodes: dict[str, Node] = {}
+    for index, raw in enumerate(raw_nodes):
+        node = _parse_node(index, raw, problems)
+        if node is None:
+            continue
+        if node.id in nodes:
+            problems.append(f"node {node.id!r}: duplicate id")
+            continue
+        nodes[node.id] = node
+
+    succ: dict[str, list[str]] = {n: [] for n in nodes}
+    pred: dict[str, list[str]] = {n: [] for n in nodes}
+    for index, edge in enumerate(raw_edges):
+        if not isinstance(edge, dict):
+            problems.append(f"edge {index}: must be an object with 'source' and 'target'")
+            continue
+        source, target = edge.get("source"), edge.get("target")
+        ok = True
+        for end, value in (("source", source), ("target", target)):
+            if value not in nodes:
+                problems.append(
+                    f"edge {index} ({source} -> {target}): {end} node {value!r} does not exist"
+                )
+                ok = False
+        if ok:
+            assert isinstance(source, str) and isinstance(target, str)
+            succ[source].append(target)
+            pred[target].append(source)
+
+    triggers = [n.id for n in nodes.values() if n.type == "trigger"]
+    if not triggers:
+        problems.append("the graph has no trigger node")
+    elif len(triggers) > 1:
+        problems.append(f"the graph has more than one trigger node: {', '.join(triggers)}")
+    for t in triggers:
+        if pred[t]:
+            problems.append(f"node {t!r}: a trigger cannot have incoming edges")
+
+    cyclic = _cycle_members(succ)
+    if cyclic:
+        problems.append(f"the graph has a cycle through nodes {', '.join(cyclic)}")
+    if len(triggers) == 1:
+        seen = _reachable(triggers[0], succ)
+        for n in nodes:
+            if n not in seen:
+                problems.append(f"node {n!r}: unreachable from the trigger {triggers[0]!r}")
+
+    if problems:
+        return None
+    return Graph(
+        name=name,
+        nodes=MappingProxyType(nodes),
+        predecessors=MappingProxyType({k: tuple(v) for k, v in pred.items()}),
+        successors=MappingProxyType({k: tuple(v) for k, v in succ.items()}),
+        trigger=triggers[0],
+    )
+
+
+def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
+    if not isinstance(raw, dict):
+        problems.append(f"node {index}: must be an object")
+        return None
+    node_id, node_type, data = raw.get("id"), raw.get("type"), raw.get("data", {})
+    if not isinstance(node_id, str) or not node_id:
+        problems.append(f"node {index}: 'id' must be a non-empty string")
+        return None
+    where = f"node {node_id!r}"
+    if not isinstance(data, dict):
+        problems.append(f"{where}: 'data' must be an object")
+        data = {}
+    if node_type in PLANNED_TYPES:
+        problems.append(f"{where}: node type {node_type!r} is not available yet")
+    elif node_type not in AVAILABLE_TYPES:
+        problems.append(
+            f"{where}: unknown node type {node_type!r}"
+            f" (known: {', '.join(sorted(AVAILABLE_TYPES | PLANNED_TYPES))})"
+        )
+    elif node_type == "tool":
+        if not isinstance(data.get("tool"), str) or not data["tool"]:
+            problems.append(f"{where}: a tool node needs data.tool, the tool's name")
+        if not isinstance(data.get("args", {}), dict):
+            problems.append(f"{where}: data.args must be an object")
+    elif node_type == "connector":
+        _check_connector(where, data, problems)
+    if "retry" in data:
+        _check_retry(where, data["retry"], problems)
+    _check_templates(where, data, problems)
+    return Node(node_id, str(node_type), MappingProxyType(dict(data)))
+
+
+def _check_connector(where: str, data: dict[str, Any], problems: list[str]) -> None:
+    kind = data.get("connector")
+    if kind == "email":
+        problems.append(f"{where}: the email connector is not available yet")
+    elif kind != "http":
+        problems.append(f"{where}: unknown connector {kind!r} (known: http)")
+        return
+    if kind != "http":
+        return
+    if not isinstance(data.get("url"), str) or not data["url"]:
+        problems.append(f"{where}: an http connector needs data.url")
+    method = data.get("method", "POST")
+    if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
+        problems.append(f"{where}: data.method must be one of {', '.join(sorted(HTTP_METHODS))}")
+    headers = data.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        problems.append(f"{where}: data.headers must be an object of strings")
+
+
+def _check_retry(where: str, retry: Any, problems: list[str]) -> None:
+    if not isinstance(retry, dict):
+        problems.append(f"{where}: retry must be an object")
+        return
+    unknown = set(retry) - {"maxAttempts", "backoffMs", "retryableClasses"}
+    if unknown:
+        problems.append(f"{where}: retry has unknown fields {', '.join(sorted(unknown))}")
+    attempts = retry.get("maxAttempts", 1)
+    if not _is_int(attempts) or not 1 <= attempts <= 100:
+        problems.append(f"{where}: retry.maxAttempts must be an integer from 1 to 100")
+    backoff = retry.get("backoffMs", 0)
+    if not _is_int(backoff) or backoff < 0:
+        problems.append(f"{where}: retry.backoffMs must be a non-negative integer")
+    classes = retry.get("retryableClasses", [])
+    if not isinstance(classes, list) or not all(c in RETRYABLE_CLASSES for c in classes):
+        problems.append(
+            f"{where}: retry.retryableClasses must be a list drawn from "
+            + ", ".join(sorted(RETRYABLE_CLASSES))
+        )
+
+
+def _check_templates(where: str, value: Any, problems: list[str]) -> None:
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        error = templates.check(value)
+        if error is not None:
+            problems.append(f"{where}: template {value!r} does not parse: {error}")
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_templates(where, v, problems)
+    elif isinstance(value, list):
+        for v in value:
+            _check_templates(where, v, problems)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _reachable(start: str, succ: Mapping[str, list[str]]) -> set[str]:
+    seen = {start}
+    queue = deque([start])
+    while queue:
+        for nxt in succ[queue.popleft()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                queue.append(nxt)
+    return seen
+
+
+def _cycle_members(succ: Mapping[str, list[str]]) -> list[str]:
+    """Nodes left over by Kahn's algorithm: those on or downstream of a cycle."""
+    indegree = {n: 0 for n in succ}
+    for targets in succ.values():
+        for t in targets:
+            indegree[t] += 1
+    queue = deque(n for n, d in indegree.items() if d == 0)
+    while queue:
+        for t in succ[queue.popleft()]:
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                queue.append(t)
+    return [n for n, d in indegree.items() if d > 0]

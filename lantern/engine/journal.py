@@ -1,0 +1,108 @@
+"""Reading a run's journal into state, and writing events with bounded payloads.
+
+A step's output lives in its ``step_completed`` event. Outputs over ``INLINE_LIMIT`` bytes are
+stored once in ``blobs`` and the event holds ``{"outputRef": "sha256:...", "outputBytes": N}``,
+so listing a long run's journal never drags its large payloads along.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from lantern.store.codec import dumps
+from lantern.store.records import Blob, Event, NewEvent
+
+INLINE_LIMIT = 16 * 1024
+TERMINAL_KINDS = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
+
+
+@dataclass
+class RunState:
+    """What the journal says about a run, folded from its events in order."""
+
+    started: bool = False
+    terminal: str | None = None
+    last_seq: int = 0
+    outputs: dict[str, Any] = field(default_factory=dict)  # step_id -> output
+    attempts: dict[str, int] = field(default_factory=dict)  # step_id -> last attempt started
+    failed: set[str] = field(default_factory=set)
+    worker: str | None = None  # the last worker that drove the run
+
+    @property
+    def in_flight(self) -> list[str]:
+        """Steps started and not finished: the crash hit them mid-flight."""
+        return [s for s in self.attempts if s not in self.outputs and s not in self.failed]
+
+
+def fold(events: Iterable[Event]) -> RunState:
+    state = RunState()
+    for e in events:
+        state.last_seq = e.seq
+        if e.kind == "run_started":
+            state.started = True
+            state.worker = e.data.get("worker")
+        elif e.kind == "run_recovered":
+            state.worker = e.data.get("toWorker")
+        elif e.kind == "step_started" and e.step_id is not None:
+            state.attempts[e.step_id] = e.attempt or 1
+        elif e.kind == "step_completed" and e.step_id is not None:
+            state.outputs[e.step_id] = output_of(e)
+        elif e.kind == "step_failed" and e.step_id is not None:
+            state.failed.add(e.step_id)
+        elif e.kind in TERMINAL_KINDS:
+            state.terminal = e.kind
+    return state
+
+
+def output_of(event: Event) -> Any:
+    if "outputRef" in event.data:
+        if event.blob is None:
+            raise ValueError(f"event {event.seq} of run {event.run_id}: output blob not loaded")
+        return json.loads(event.blob)
+    return event.data.get("output")
+
+
+class EventWriter:
+    """Numbers a run's new events; the runner is the run's only writer while its lease holds."""
+
+    def __init__(self, last_seq: int) -> None:
+        self.seq = last_seq
+
+    def event(
+        self,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        *,
+        step_id: str | None = None,
+        attempt: int | None = None,
+    ) -> NewEvent:
+        self.seq += 1
+        return NewEvent(
+            seq=self.seq,
+            kind=kind,
+            at=datetime.now(UTC),
+            data=data or {},
+            step_id=step_id,
+            node_id=step_id,
+            attempt=attempt,
+        )
+
+    def completed(self, step_id: str, attempt: int, output: Any) -> NewEvent:
+        body = dumps(output).encode()
+        if len(body) <= INLINE_LIMIT:
+            return self.event(
+                "step_completed", {"output": output}, step_id=step_id, attempt=attempt
+            )
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        event = self.event(
+            "step_completed",
+            {"outputRef": digest, "outputBytes": len(body)},
+            step_id=step_id,
+            attempt=attempt,
+        )
+        return replace(event, blob=Blob(digest, body))

@@ -1,0 +1,249 @@
+"""The runner: drives one run under its lease, journaling every step transition.
+
+Write-ahead order, and what each commit carries:
+
+1. ``run_started`` + the trigger's completion + ``step_started`` of the first steps.
+2. For each finished step: its ``step_completed`` (or ``step_failed``) + ``step_started`` of
+   every step it made ready + ``run_succeeded``/``run_failed`` when it ends the run.
+
+So every step is journaled as started before it is invoked, its output is durable before any
+step that may read it starts, and a step costs one commit, not two. A re-drive folds the
+journal (one query), skips completed steps (the CompletedStep gate: their outputs come from
+the journal and they are never invoked), re-invokes in-flight steps with the attempt they
+started with (so the same idempotency key), and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from lantern.app import App
+from lantern.engine import interpreter
+from lantern.engine.graph import Graph, parse_agent
+from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.engine.leases import LeaseKeeper
+from lantern.errors import LeaseLost, NotFound, StepError
+from lantern.ids import idempotency_key
+from lantern.nodes import StepContext, executor_for
+from lantern.store.base import Store
+from lantern.store.codec import dumps
+from lantern.store.records import Append, Lease, NewEvent, Run, RunUpdate
+
+log = logging.getLogger("lantern.runner")
+
+
+class Runner:
+    """Drives runs for one worker identity. Shared by every run this process executes."""
+
+    def __init__(
+        self,
+        store: Store,
+        app: App,
+        keeper: LeaseKeeper,
+        *,
+        worker_id: str,
+        http: httpx.AsyncClient,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
+        self.store = store
+        self.app = app
+        self.keeper = keeper
+        self.worker_id = worker_id
+        self.http = http
+        self.stopping = stopping or asyncio.Event()
+        self._graphs: dict[tuple[str, str, int], Graph] = {}
+
+    async def drive(self, run_id: str, lease: Lease | None = None) -> Run | None:
+        """Execute or re-drive a run; None when another worker holds it or ours was lost."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        if run.finished:
+            return run  # re-driving a finished run invokes nothing and writes nothing
+        if lease is None:
+            lease = await self.store.acquire_lease(run_id, self.worker_id, self.keeper.ttl)
+            if lease is None:
+                return None
+        self.keeper.hold(lease)
+        try:
+            await _Drive(self, run, lease, await self._graph(run)).execute()
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            return None
+        except asyncio.CancelledError:
+            # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
+            await asyncio.shield(self.store.release_lease(lease))
+            raise
+        finally:
+            self.keeper.drop(lease)
+        await self.store.release_lease(lease)
+        return await self.store.get_run(run_id)
+
+    async def _graph(self, run: Run) -> Graph:
+        key = (run.workspace, run.agent_name, run.agent_version)
+        graph = self._graphs.get(key)
+        if graph is None:
+            agent = await self.store.get_agent(*key)
+            if agent is None:
+                raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
+            graph = self._graphs[key] = parse_agent(agent.definition)
+        return graph
+
+
+class _Drive:
+    """One drive of one run: the state between journal commits."""
+
+    def __init__(self, runner: Runner, run: Run, lease: Lease, graph: Graph) -> None:
+        self.r = runner
+        self.run = run
+        self.lease = lease
+        self.graph = graph
+        self.outputs: dict[str, Any] = {}
+        self.attempts: dict[str, int] = {}
+        self.tasks: dict[asyncio.Task[Any], str] = {}
+        self.writer = EventWriter(0)
+
+    async def execute(self) -> None:
+        state = fold(await self.r.store.events(self.run.id, blobs=True))
+        if state.terminal is not None:
+            return
+        self.writer = EventWriter(state.last_seq)
+        self.outputs = dict(state.outputs)
+        self.attempts = dict(state.attempts)
+        events, update = self._opening(state)
+        resume = [(s, state.attempts[s]) for s in state.in_flight]
+        fresh = self._ready()
+        events += self._start(fresh)
+        if interpreter.finished(self.graph, self.outputs):
+            events, update = self._succeeded(events)
+        await self._commit(events, update)
+        for step, attempt in resume:
+            self._spawn(step, attempt)
+        for step in fresh:
+            self._spawn(step, 1)
+        try:
+            await self._loop()
+        finally:
+            for task in self.tasks:
+                task.cancel()
+
+    def _opening(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
+        w = self.writer
+        if state.started:
+            recovered = w.event(
+                "run_recovered",
+                {
+                    "fromWorker": state.worker,
+                    "toWorker": self.r.worker_id,
+                    "epoch": self.lease.epoch,
+                    "replayed": sorted(state.outputs),
+                    "inFlight": state.in_flight,
+                },
+            )
+            return [recovered], None
+        trigger = self.graph.trigger
+        self.outputs[trigger] = self.run.input
+        self.attempts[trigger] = 1
+        return [
+            w.event("run_started", {"worker": self.r.worker_id, "epoch": self.lease.epoch}),
+            # The trigger has no side effect, so it starts and completes in the first commit.
+            w.event("step_started", {"type": "trigger"}, step_id=trigger, attempt=1),
+            w.completed(trigger, 1, self.run.input),
+        ], RunUpdate("running")
+
+    def _ready(self) -> list[str]:
+        started = self.attempts.keys() | self.outputs.keys()
+        return interpreter.ready(self.graph, self.outputs, started)
+
+    def _start(self, steps: Sequence[str]) -> list[NewEvent]:
+        for s in steps:
+            self.attempts[s] = 1
+        return [
+            self.writer.event(
+                "step_started", {"type": self.graph.nodes[s].type}, step_id=s, attempt=1
+            )
+            for s in steps
+        ]
+
+    def _succeeded(self, events: list[NewEvent]) -> tuple[list[NewEvent], RunUpdate]:
+        output = interpreter.run_output(self.graph, self.outputs)
+        events.append(self.writer.event("run_succeeded", {"output": output}))
+        return events, RunUpdate("succeeded", output=output)
+
+    async def _loop(self) -> None:
+        while self.tasks:
+            done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+            events: list[NewEvent] = []
+            failure: tuple[str, StepError] | None = None
+            for task in done:
+                step = self.tasks.pop(task)
+                attempt = self.attempts[step]
+                exc = task.exception()
+                if exc is not None and not isinstance(exc, StepError):
+                    raise exc
+                if exc is None:
+                    try:
+                        body = dumps(task.result())
+                    except (TypeError, ValueError) as err:
+                        exc = StepError(
+                            f"step {step!r} returned a value that is not JSON: {err}",
+                            error_class="tool",
+                        )
+                    else:
+                        # Downstream steps see exactly what a replay would read back.
+                        self.outputs[step] = json.loads(body)
+                        events.append(self.writer.completed(step, attempt, self.outputs[step]))
+                        continue
+                assert isinstance(exc, StepError)
+                failure = failure or (step, exc)
+                events.append(
+                    self.writer.event(
+                        "step_failed", {"error": exc.to_json()}, step_id=step, attempt=attempt
+                    )
+                )
+            if failure is not None:
+                step, exc = failure
+                error = {"code": "step_failed", "step": step, **exc.to_json()}
+                events.append(self.writer.event("run_failed", {"error": error}))
+                await self._commit(events, RunUpdate("failed", error=error))
+                return
+            if self.r.keeper.lost(self.run.id):
+                raise LeaseLost(self.run.id, self.lease.epoch)
+            fresh = [] if self.r.stopping.is_set() else self._ready()
+            events += self._start(fresh)
+            update = None
+            if interpreter.finished(self.graph, self.outputs):
+                events, update = self._succeeded(events)
+            await self._commit(events, update)
+            for step in fresh:
+                self._spawn(step, 1)
+
+    def _spawn(self, step: str, attempt: int) -> None:
+        node = self.graph.nodes[step]
+        visible = interpreter.ancestors(self.graph, step)
+        ctx = StepContext(
+            run_id=self.run.id,
+            step_id=step,
+            node=node,
+            attempt=attempt,
+            idempotency_key=idempotency_key(self.run.id, step, attempt),
+            scope={
+                "input": self.run.input,
+                "steps": {s: {"output": o} for s, o in self.outputs.items() if s in visible},
+            },
+            app=self.r.app,
+            http=self.r.http,
+        )
+        task = asyncio.ensure_future(executor_for(node.type)(ctx))
+        self.tasks[task] = step
+
+    async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        await self.r.store.append(Append(self.lease, tuple(events), update))
+        for listener in self.r.app.commit_listeners:
+            listener(self.run.id, events)

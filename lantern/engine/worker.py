@@ -1,0 +1,119 @@
+"""A worker: one process's executor. It takes back its own runs on start, claims queued runs
+under leases, drives them with bounded concurrency, and on a clean stop lets steps in flight
+finish (within a grace period) and releases its leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack, suppress
+
+import httpx
+
+from lantern.app import App
+from lantern.engine.leases import LeaseKeeper
+from lantern.engine.runner import Runner
+from lantern.store.base import Store
+from lantern.store.records import Lease
+
+log = logging.getLogger("lantern.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        app: App,
+        *,
+        worker_id: str,
+        lease_ttl: float,
+        max_concurrent: int = 64,
+        poll_interval: float = 0.2,
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.max_concurrent = max_concurrent
+        self.poll_interval = poll_interval
+        self.keeper = LeaseKeeper(store, lease_ttl)
+        self.stopping = asyncio.Event()
+        self._stack = AsyncExitStack()
+        self._app = app
+        self._runs: set[asyncio.Task[object]] = set()
+        self._wake = asyncio.Event()
+        self.runner: Runner | None = None
+
+    async def __aenter__(self) -> Worker:
+        http = await self._stack.enter_async_context(httpx.AsyncClient())
+        self.runner = Runner(
+            self.store,
+            self._app,
+            self.keeper,
+            worker_id=self.worker_id,
+            http=http,
+            stopping=self.stopping,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.keeper.close()
+        await self._stack.aclose()
+
+    async def reclaim(self) -> int:
+        """Take back at once the unfinished runs whose leases name this worker id."""
+        run_ids = await self.store.runs_leased_by(self.worker_id)
+        for run_id in run_ids:
+            self._start(run_id, None)
+        if run_ids:
+            log.info("worker %s re-driving %d run(s) it held", self.worker_id, len(run_ids))
+        return len(run_ids)
+
+    async def serve(self) -> None:
+        """Reclaim, then claim queued runs until ``stop()``."""
+        await self.reclaim()
+        while not self.stopping.is_set():
+            free = self.max_concurrent - len(self._runs)
+            leases: list[Lease] = []
+            if free > 0:
+                try:
+                    leases = await self.store.claim_runs(
+                        self.worker_id, self.keeper.ttl, free, ("queued",)
+                    )
+                except Exception as exc:  # the database is away: keep trying
+                    log.warning("could not claim runs: %s", exc)
+            for lease in leases:
+                self._start(lease.run_id, lease)
+            if not leases:
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    def _start(self, run_id: str, lease: Lease | None) -> None:
+        assert self.runner is not None, "use the worker as an async context manager"
+        task = asyncio.create_task(self._drive(run_id, lease), name=f"drive {run_id}")
+        self._runs.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        self._runs.discard(task)
+        self._wake.set()
+
+    async def _drive(self, run_id: str, lease: Lease | None) -> object:
+        assert self.runner is not None
+        try:
+            return await self.runner.drive(run_id, lease)
+        except Exception:
+            log.exception("run %s stopped on an error", run_id)
+            return None
+
+    async def stop(self, grace: float = 30.0) -> None:
+        """Stop taking runs, let steps in flight finish within ``grace``, release leases."""
+        self.stopping.set()
+        self._wake.set()
+        if not self._runs:
+            return
+        _, late = await asyncio.wait(self._runs, timeout=grace)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)

@@ -1,0 +1,73 @@
+"""Lantern's one error tree.
+
+    LanternError
+    ├── UsageError                 bad input from a caller: nothing was changed
+    │   └── DefinitionError        an agent definition with one or more problems
+    ├── NotFound                   an unknown run or agent
+    ├── StoreError                 the database refused or failed
+    │   └── LeaseLost              a fenced write by a writer whose lease is gone
+    └── StepError                  a step failed; carries its error class and retryability
+        └── TemplateError          a template could not be rendered
+
+    Crash (BaseException)          test-only: abandons a run as a SIGKILL would
+
+Error classes of a step failure are the retry policy's vocabulary: ``llm``, ``connector``,
+``tool``, ``timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+ErrorClass = Literal["llm", "connector", "tool", "timeout"]
+
+
+class LanternError(Exception):
+    """The root of every error Lantern raises on purpose."""
+
+
+class UsageError(LanternError):
+    """The caller asked for something invalid; nothing was changed."""
+
+
+class DefinitionError(UsageError):
+    """An agent definition is invalid. Every problem is listed, each naming its node."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid agent definition: " + "; ".join(self.problems))
+
+
+class NotFound(LanternError):
+    """An unknown run or agent."""
+
+
+class StoreError(LanternError):
+    """The database failed or refused a write."""
+
+
+class LeaseLost(StoreError):
+    """A journal write was refused because the writer's lease epoch is no longer current."""
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        self.run_id = run_id
+        self.epoch = epoch
+        super().__init__(f"run {run_id}: lease epoch {epoch} is no longer current; stopping")
+
+
+class StepError(LanternError):
+    """A step failed. ``error_class`` and ``retryable`` drive the retry policy."""
+
+    def __init__(self, message: str, *, error_class: ErrorClass, retryable: bool = False) -> None:
+        self.error_class: ErrorClass = error_class
+        self.retryable = retryable
+        super().__init__(message)
+
+    def to_json(self) -> dict[str, object]:
+        return {"message": str(self), "class": self.error_class, "retryable": self.retryable}
+
+
+class TemplateError(StepError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_class="tool", retryable=False)

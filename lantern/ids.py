@@ -1,0 +1,17 @@
+"""Identifiers: run ids that sort by creation time, and idempotency keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+
+def new_run_id() -> str:
+    # Millisecond prefix keeps ids roughly time-ordered, which keeps B-tree inserts local.
+    return f"run_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
+def idempotency_key(run_id: str, step_id: str, attempt: int) -> str:
+    """The key every side effect of one step attempt carries: sha256("runID|stepID|attempt")."""
+    return hashlib.sha256(f"{run_id}|{step_id}|{attempt}".encode()).hexdigest()

@@ -1,0 +1,48 @@
+"""The contract between the runner and a node type."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from lantern.app import App, ToolContext
+from lantern.engine import templates
+from lantern.engine.graph import Node
+
+
+@dataclass(frozen=True)
+class StepContext:
+    run_id: str
+    step_id: str
+    node: Node
+    attempt: int
+    idempotency_key: str
+    scope: Mapping[str, Any]  # what templates see: input and steps.<id>.output
+    app: App
+    http: httpx.AsyncClient
+
+    def render(self, field: str, default: Any = None) -> Any:
+        """The node's ``data[field]`` with its templates rendered."""
+        return templates.render(
+            self.node.data.get(field, default), dict(self.scope), where=f"{self.node.id}.{field}"
+        )
+
+    def tool_context(self) -> ToolContext:
+        return ToolContext(self.run_id, self.step_id, self.attempt, self.idempotency_key)
+
+
+NodeExecutor = Callable[[StepContext], Awaitable[Any]]
+
+
+def executor_for(node_type: str) -> NodeExecutor:
+    from lantern.nodes import connector, tool, trigger
+
+    executors: dict[str, NodeExecutor] = {
+        "trigger": trigger.execute,
+        "tool": tool.execute,
+        "connector": connector.execute,
+    }
+    return executors[node_type]

@@ -1,0 +1,29 @@
+"""A tool node calls one of the user's registered Python functions with rendered args."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lantern.errors import LanternError, StepError
+from lantern.nodes.base import StepContext
+
+
+async def execute(ctx: StepContext) -> Any:
+    name = ctx.node.data["tool"]
+    tool = ctx.app.tools.get(name)
+    if tool is None:
+        raise StepError(
+            f"tool {name!r} is not registered in this process (load it with --app MODULE:OBJECT)",
+            error_class="tool",
+        )
+    args = ctx.render("args", {})
+    try:
+        return await tool.call(ctx.tool_context(), args)
+    except LanternError:
+        raise
+    except TypeError as exc:
+        raise StepError(f"tool {name!r} rejected its arguments: {exc}", error_class="tool") from exc
+    except Exception as exc:
+        raise StepError(
+            f"tool {name!r} failed: {type(exc).__name__}: {exc}", error_class="tool"
+        ) from exc

@@ -1,0 +1,26 @@
+"""Storage: one narrow interface (``base.Store``) and one module per backend."""
+
+from lantern.store.base import Store, open_store
+from lantern.store.records import (
+    AgentVersion,
+    Append,
+    Blob,
+    Event,
+    Lease,
+    NewEvent,
+    Run,
+    RunUpdate,
+)
+
+__all__ = [
+    "AgentVersion",
+    "Append",
+    "Blob",
+    "Event",
+    "Lease",
+    "NewEvent",
+    "Run",
+    "RunUpdate",
+    "Store",
+    "open_store",
+]

@@ -1,0 +1,97 @@
+"""The narrow store interface every backend implements, and the factory that picks one."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from lantern.store.records import (
+    AgentVersion,
+    Append,
+    Event,
+    Lease,
+    Run,
+    RunStatus,
+)
+
+
+class Store(Protocol):
+    """What the engine needs from a database, in the domain's words.
+
+    Invariants are the database's job: one ``step_completed`` per (run, step), one lease
+    holder per run, and every journal write conditional on the writer's lease epoch.
+    """
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None: ...
+
+    # agents: each put makes a new immutable version
+    async def put_agent(
+        self, workspace: str, name: str, definition: dict[str, Any]
+    ) -> AgentVersion: ...
+
+    async def get_agent(
+        self, workspace: str, name: str, version: int | None = None
+    ) -> AgentVersion | None: ...
+
+    async def list_agents(self, workspace: str) -> list[AgentVersion]:
+        """The newest version of each agent, by name."""
+
+    # runs
+    async def create_run(self, run: Run) -> None: ...
+
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def list_runs(
+        self,
+        workspace: str,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Run]:
+        """Newest first (run ids sort by creation); ``before`` is the last id already seen."""
+
+    # leases
+    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        """Win a free or expired lease, or take back one this worker id holds, with a new epoch."""
+
+    async def claim_runs(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Lease]:
+        """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
+
+    async def runs_leased_by(self, worker_id: str) -> list[str]:
+        """Unfinished runs whose lease (live or expired) names this worker id."""
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> bool:
+        """Extend the lease; False when its epoch is no longer current."""
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""
+
+    # journal
+    async def append(self, batch: Append) -> None:
+        """Write events and the run update in one transaction, or raise LeaseLost."""
+
+    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+        """The run's journal in sequence order, in one query."""
+
+
+def open_store(url: str) -> Store:
+    """A store for a ``sqlite:///PATH`` or ``postgresql://...`` URL (not yet opened)."""
+    if url.startswith("sqlite:"):
+        from lantern.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    if url.startswith(("postgresql:", "postgres:")):
+        from lantern.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    from lantern.errors import UsageError
+
+    raise UsageError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://...")

@@ -1,0 +1,371 @@
+"""The shared backend: PostgreSQL through psycopg 3 and its async connection pool.
+
+Leases use the database's clock (``now()``), so replicas with skewed clocks agree on expiry.
+A journal append is one statement: it takes a share lock on the writer's lease row at the
+writer's epoch, inserts the events only if that row exists, and updates the run, so a steal
+(which updates the lease row) and a fenced write are strictly ordered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from lantern.errors import LeaseLost, StoreError
+from lantern.store.codec import dumps
+from lantern.store.group_commit import GroupCommitter
+from lantern.store.migrations import migrations
+from lantern.store.records import (
+    AgentVersion,
+    Append,
+    Event,
+    Lease,
+    Run,
+    RunStatus,
+)
+
+log = logging.getLogger("lantern.store.postgres")
+
+_RUN_COLUMNS = (
+    "id, workspace, agent_name, agent_version, status, input, output, error, created_at, updated_at"
+)
+_EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
+_MIGRATION_LOCK = 0x4C414E54  # "LANT": one replica migrates at a time
+
+_APPEND = """
+WITH batch AS (
+    SELECT * FROM unnest(%(run_id)s::text[], %(epoch)s::bigint[], %(seq)s::bigint[],
+                         %(kind)s::text[], %(at)s::timestamptz[], %(data)s::text[],
+                         %(step_id)s::text[], %(node_id)s::text[], %(attempt)s::int[],
+                         %(blob_digest)s::text[])
+        AS b(run_id, epoch, seq, kind, at, data, step_id, node_id, attempt, blob_digest)
+), fenced AS (
+    SELECT l.run_id FROM run_locks l
+    JOIN (SELECT DISTINCT run_id, epoch FROM batch) w ON w.run_id = l.run_id AND w.epoch = l.epoch
+    FOR SHARE OF l
+), stored_blobs AS (
+    INSERT INTO blobs (digest, body)
+    SELECT * FROM unnest(%(blob_key)s::text[], %(blob_body)s::bytea[])
+    ON CONFLICT DO NOTHING
+), inserted AS (
+    INSERT INTO journal_events (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest)
+    SELECT b.run_id, b.seq, b.kind, b.at, b.data::jsonb, b.step_id, b.node_id, b.attempt,
+           b.blob_digest
+    FROM batch b WHERE b.run_id IN (SELECT run_id FROM fenced)
+), updated AS (
+    UPDATE runs r SET status = u.status, output = u.output::jsonb, error = u.error::jsonb,
+                      updated_at = now()
+    FROM unnest(%(u_run_id)s::text[], %(u_status)s::text[], %(u_output)s::text[],
+                %(u_error)s::text[]) AS u(run_id, status, output, error)
+    WHERE r.id = u.run_id AND u.run_id IN (SELECT run_id FROM fenced)
+)
+SELECT run_id FROM fenced
+"""
+
+
+def _run(row: TupleRow) -> Run:
+    return Run(*row)
+
+
+def _event(row: TupleRow, blob: bytes | None = None) -> Event:
+    run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash_ = row[:10]
+    return Event(run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, blob, hash_)
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else dumps(value)
+
+
+class PostgresStore:
+    def __init__(self, url: str, *, max_connections: int = 10) -> None:
+        self.url = url
+        self._pool = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_connections,
+            open=False,
+            kwargs={"autocommit": True},
+            name="lantern",
+        )
+        self._commits = GroupCommitter[Append](self._append_batch)
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True, timeout=30)
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {r[0] for r in await cur.fetchall()}
+            for m in migrations("postgres"):
+                if m.version not in done:
+                    await conn.execute(m.sql.encode())
+                    await conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                        (m.version, m.name),
+                    )
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def _fetchall(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+    ) -> list[TupleRow]:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(sql.encode(), args)
+            return await cur.fetchall()
+
+    async def _fetchone(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+    ) -> TupleRow | None:
+        rows = await self._fetchall(sql, args)
+        return rows[0] if rows else None
+
+    # -- agents -----------------------------------------------------------------------
+
+    async def put_agent(
+        self, workspace: str, name: str, definition: dict[str, Any]
+    ) -> AgentVersion:
+        async with self._pool.connection() as conn, conn.transaction():
+            # Serialise versions of one agent; a unique violation would also catch a race.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agent:{workspace}/{name}",)
+            )
+            cur = await conn.execute(
+                "INSERT INTO agents (workspace, name, version, definition)"
+                " SELECT %s, %s, COALESCE(MAX(version), 0) + 1, %s FROM agents"
+                " WHERE workspace = %s AND name = %s RETURNING version, created_at",
+                (workspace, name, Jsonb(definition), workspace, name),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return AgentVersion(workspace, name, row[0], definition, row[1])
+
+    async def get_agent(
+        self, workspace: str, name: str, version: int | None = None
+    ) -> AgentVersion | None:
+        sql = (
+            "SELECT workspace, name, version, definition, created_at FROM agents"
+            " WHERE workspace = %s AND name = %s"
+        )
+        args: tuple[Any, ...] = (workspace, name)
+        if version is not None:
+            sql += " AND version = %s"
+            args += (version,)
+        row = await self._fetchone(sql + " ORDER BY version DESC LIMIT 1", args)
+        return None if row is None else AgentVersion(*row)
+
+    async def list_agents(self, workspace: str) -> list[AgentVersion]:
+        rows = await self._fetchall(
+            "SELECT DISTINCT ON (name) workspace, name, version, definition, created_at"
+            " FROM agents WHERE workspace = %s ORDER BY name, version DESC",
+            (workspace,),
+        )
+        return [AgentVersion(*r) for r in rows]
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def create_run(self, run: Run) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['%s'] * 10)})".encode(),
+                (
+                    run.id,
+                    run.workspace,
+                    run.agent_name,
+                    run.agent_version,
+                    run.status,
+                    Jsonb(run.input),
+                    _json_or_none(run.output),
+                    _json_or_none(run.error),
+                    run.created_at,
+                    run.updated_at,
+                ),
+            )
+
+    async def get_run(self, run_id: str) -> Run | None:
+        row = await self._fetchone(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        workspace: str,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Run]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE workspace = %s"
+        args: list[Any] = [workspace]
+        for condition, value in (
+            ("status = %s", status),
+            ("agent_name = %s", agent_name),
+            ("id < %s", before),
+        ):
+            if value is not None:
+                sql += " AND " + condition
+                args.append(value)
+        rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT %s", (*args, limit))
+        return [_run(r) for r in rows]
+
+    # -- leases -----------------------------------------------------------------------
+
+    _UPSERT_LEASE = (
+        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)"
+        " SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM {source}"
+        " ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,"
+        " expires_at = excluded.expires_at, epoch = run_locks.epoch + 1"
+        " WHERE run_locks.expires_at <= now()"
+        " OR (%(reclaim)s AND run_locks.worker_id = excluded.worker_id)"
+        " RETURNING run_id, epoch"
+    )
+
+    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        sql = self._UPSERT_LEASE.format(source="runs WHERE id = %(run)s")
+        row = await self._fetchone(
+            sql, {"run": run_id, "worker": worker_id, "ttl": ttl, "reclaim": True}
+        )
+        return None if row is None else Lease(run_id, worker_id, row[1])
+
+    async def claim_runs(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Lease]:
+        # SKIP LOCKED lets replicas claim side by side without queueing on each other's rows.
+        source = (
+            "(SELECT r.id FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id"
+            " WHERE r.status = ANY(%(statuses)s) AND (l.run_id IS NULL OR l.expires_at <= now())"
+            " ORDER BY r.created_at LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED) AS c"
+        )
+        rows = await self._fetchall(
+            self._UPSERT_LEASE.format(source=source),
+            {
+                "worker": worker_id,
+                "ttl": ttl,
+                "reclaim": False,
+                "statuses": list(statuses),
+                "limit": limit,
+            },
+        )
+        return [Lease(r[0], worker_id, r[1]) for r in rows]
+
+    async def runs_leased_by(self, worker_id: str) -> list[str]:
+        rows = await self._fetchall(
+            "SELECT l.run_id FROM run_locks l JOIN runs r ON r.id = l.run_id"
+            " WHERE l.worker_id = %s AND r.status IN ('queued', 'running') ORDER BY r.created_at",
+            (worker_id,),
+        )
+        return [r[0] for r in rows]
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> bool:
+        row = await self._fetchone(
+            "UPDATE run_locks SET expires_at = now() + make_interval(secs => %s)"
+            " WHERE run_id = %s AND epoch = %s RETURNING 1",
+            (ttl, lease.run_id, lease.epoch),
+        )
+        return row is not None
+
+    async def release_lease(self, lease: Lease) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE run_locks SET expires_at = '-infinity' WHERE run_id = %s AND epoch = %s",
+                (lease.run_id, lease.epoch),
+            )
+
+    # -- journal ----------------------------------------------------------------------
+
+    async def append(self, batch: Append) -> None:
+        await self._commits.submit(batch)
+
+    async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
+        try:
+            won = await self._write(batch)
+        except psycopg.errors.IntegrityError:
+            if len(batch) == 1:
+                raise
+            # Isolate the offender so the other runs' events still land.
+            return [await self._append_alone(item) for item in batch]
+        return [
+            None if a.lease.run_id in won else LeaseLost(a.lease.run_id, a.lease.epoch)
+            for a in batch
+        ]
+
+    async def _append_alone(self, item: Append) -> BaseException | None:
+        try:
+            won = await self._write([item])
+        except psycopg.errors.IntegrityError as exc:
+            return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
+        return None if won else LeaseLost(item.lease.run_id, item.lease.epoch)
+
+    async def _write(self, batch: Sequence[Append]) -> set[str]:
+        cols: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "run_id",
+                "epoch",
+                "seq",
+                "kind",
+                "at",
+                "data",
+                "step_id",
+                "node_id",
+                "attempt",
+                "blob_digest",
+                "blob_key",
+                "blob_body",
+                "u_run_id",
+                "u_status",
+                "u_output",
+                "u_error",
+            )
+        }
+        for item in batch:
+            for e in item.events:
+                for key, value in (
+                    ("run_id", item.lease.run_id),
+                    ("epoch", item.lease.epoch),
+                    ("seq", e.seq),
+                    ("kind", e.kind),
+                    ("at", e.at),
+                    ("data", dumps(e.data)),
+                    ("step_id", e.step_id),
+                    ("node_id", e.node_id),
+                    ("attempt", e.attempt),
+                    ("blob_digest", None if e.blob is None else e.blob.digest),
+                ):
+                    cols[key].append(value)
+                if e.blob is not None:
+                    cols["blob_key"].append(e.blob.digest)
+                    cols["blob_body"].append(e.blob.body)
+            if item.update is not None:
+                cols["u_run_id"].append(item.lease.run_id)
+                cols["u_status"].append(item.update.status)
+                cols["u_output"].append(_json_or_none(item.update.output))
+                cols["u_error"].append(_json_or_none(item.update.error))
+        rows = await self._fetchall(_APPEND, cols)
+        return {r[0] for r in rows}
+
+    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+        if blobs:
+            cols = ", ".join("e." + c for c in _EVENT_COLUMNS.split(", "))
+            rows = await self._fetchall(
+                f"SELECT {cols}, b.body FROM journal_events e"
+                " LEFT JOIN blobs b ON b.digest = e.blob_digest"
+                " WHERE e.run_id = %s AND e.seq > %s ORDER BY e.seq",
+                (run_id, after),
+            )
+            return [_event(r[:10], bytes(r[10]) if r[10] is not None else None) for r in rows]
+        rows = await self._fetchall(
+            f"SELECT {_EVENT_COLUMNS} FROM journal_events WHERE run_id = %s AND seq > %s"
+            " ORDER BY seq",
+            (run_id, after),
+        )
+        return [_event(r) for r in rows]

@@ -1,0 +1,101 @@
+"""Plain records the store reads and writes. The store knows nothing of graphs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+RunStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+ACTIVE: tuple[RunStatus, ...] = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class AgentVersion:
+    workspace: str
+    name: str
+    version: int
+    definition: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    workspace: str
+    agent_name: str
+    agent_version: int
+    status: RunStatus
+    input: Any
+    output: Any
+    error: Any
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to write a run's journal, for as long as ``epoch`` is the current one."""
+
+    run_id: str
+    worker_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A large payload stored once, content-addressed, and referenced from events."""
+
+    digest: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    seq: int
+    kind: str
+    at: datetime
+    data: dict[str, Any] = field(default_factory=dict)
+    step_id: str | None = None
+    node_id: str | None = None
+    attempt: int | None = None
+    blob: Blob | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    run_id: str
+    seq: int
+    kind: str
+    at: datetime
+    data: dict[str, Any]
+    step_id: str | None
+    node_id: str | None
+    attempt: int | None
+    blob_digest: str | None = None
+    # Filled only by reads that ask for blobs (a re-drive); listings stay small.
+    blob: bytes | None = None
+    hash: str | None = None
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """Run columns changed by an append, written in the same transaction as its events."""
+
+    status: RunStatus
+    output: Any = None
+    error: Any = None
+
+
+@dataclass(frozen=True)
+class Append:
+    """One writer's events for one run, fenced by its lease."""
+
+    lease: Lease
+    events: tuple[NewEvent, ...]
+    update: RunUpdate | None = None

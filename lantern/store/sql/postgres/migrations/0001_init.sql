@@ -1,0 +1,74 @@
+-- Lantern's first schema: agents, runs, the journal, leases and delivery receipts.
+
+CREATE TABLE agents (
+    workspace   text        NOT NULL,
+    name        text        NOT NULL,
+    version     integer     NOT NULL,
+    definition  jsonb       NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace, name, version)
+);
+
+CREATE TABLE runs (
+    id             text        PRIMARY KEY,
+    workspace      text        NOT NULL,
+    agent_name     text        NOT NULL,
+    agent_version  integer     NOT NULL,
+    status         text        NOT NULL
+        CHECK (status IN ('queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled')),
+    input          jsonb,
+    output         jsonb,
+    error          jsonb,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
+);
+CREATE INDEX runs_by_workspace ON runs (workspace, id);
+-- Only unfinished runs are indexed, so finding work costs the same however many runs finished.
+CREATE INDEX runs_unfinished ON runs (created_at) WHERE status IN ('queued', 'running');
+
+CREATE TABLE run_locks (
+    run_id      text        PRIMARY KEY REFERENCES runs (id),
+    worker_id   text        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    epoch       bigint      NOT NULL
+);
+CREATE INDEX run_locks_by_worker ON run_locks (worker_id);
+
+-- Large payloads are stored once, by content, and referenced from events.
+CREATE TABLE blobs (
+    digest  text  PRIMARY KEY,
+    body    bytea NOT NULL
+);
+
+CREATE TABLE journal_events (
+    run_id       text        NOT NULL REFERENCES runs (id),
+    seq          bigint      NOT NULL,
+    kind         text        NOT NULL,
+    step_id      text,
+    node_id      text,
+    attempt      integer,
+    data         jsonb       NOT NULL,
+    blob_digest  text,
+    hash         text,
+    at           timestamptz NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+-- The invariant the replay gate rests on: a step completes once.
+CREATE UNIQUE INDEX journal_one_completion ON journal_events (run_id, step_id)
+    WHERE kind = 'step_completed';
+
+CREATE TABLE side_effect_receipts (
+    run_id           text        NOT NULL REFERENCES runs (id),
+    step_id          text        NOT NULL,
+    delivery         text        NOT NULL,
+    attempt          integer     NOT NULL,
+    idempotency_key  text        NOT NULL,
+    kind             text        NOT NULL,
+    target           text,
+    status           text        NOT NULL CHECK (status IN ('claimed', 'delivered', 'failed')),
+    response         jsonb,
+    claimed_at       timestamptz NOT NULL DEFAULT now(),
+    completed_at     timestamptz,
+    PRIMARY KEY (run_id, step_id, delivery)
+);

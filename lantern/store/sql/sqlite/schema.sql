@@ -1,0 +1,72 @@
+-- The whole schema as the migrations leave it (a test keeps the two equal).
+-- Times are unix seconds (REAL); JSON is TEXT.
+
+CREATE TABLE agents (
+    workspace   TEXT    NOT NULL,
+    name        TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    definition  TEXT    NOT NULL,
+    created_at  REAL    NOT NULL,
+    PRIMARY KEY (workspace, name, version)
+);
+
+CREATE TABLE runs (
+    id             TEXT    PRIMARY KEY,
+    workspace      TEXT    NOT NULL,
+    agent_name     TEXT    NOT NULL,
+    agent_version  INTEGER NOT NULL,
+    status         TEXT    NOT NULL
+        CHECK (status IN ('queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled')),
+    input          TEXT,
+    output         TEXT,
+    error          TEXT,
+    created_at     REAL    NOT NULL,
+    updated_at     REAL    NOT NULL,
+    FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
+);
+CREATE INDEX runs_by_workspace ON runs (workspace, id);
+CREATE INDEX runs_unfinished ON runs (created_at) WHERE status IN ('queued', 'running');
+
+CREATE TABLE run_locks (
+    run_id      TEXT    PRIMARY KEY REFERENCES runs (id),
+    worker_id   TEXT    NOT NULL,
+    expires_at  REAL    NOT NULL,
+    epoch       INTEGER NOT NULL
+);
+CREATE INDEX run_locks_by_worker ON run_locks (worker_id);
+
+CREATE TABLE blobs (
+    digest  TEXT PRIMARY KEY,
+    body    BLOB NOT NULL
+);
+
+CREATE TABLE journal_events (
+    run_id       TEXT    NOT NULL REFERENCES runs (id),
+    seq          INTEGER NOT NULL,
+    kind         TEXT    NOT NULL,
+    step_id      TEXT,
+    node_id      TEXT,
+    attempt      INTEGER,
+    data         TEXT    NOT NULL,
+    blob_digest  TEXT,
+    hash         TEXT,
+    at           REAL    NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE UNIQUE INDEX journal_one_completion ON journal_events (run_id, step_id)
+    WHERE kind = 'step_completed';
+
+CREATE TABLE side_effect_receipts (
+    run_id           TEXT    NOT NULL REFERENCES runs (id),
+    step_id          TEXT    NOT NULL,
+    delivery         TEXT    NOT NULL,
+    attempt          INTEGER NOT NULL,
+    idempotency_key  TEXT    NOT NULL,
+    kind             TEXT    NOT NULL,
+    target           TEXT,
+    status           TEXT    NOT NULL CHECK (status IN ('claimed', 'delivered', 'failed')),
+    response         TEXT,
+    claimed_at       REAL    NOT NULL,
+    completed_at     REAL,
+    PRIMARY KEY (run_id, step_id, delivery)
+);

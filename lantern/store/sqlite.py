@@ -1,0 +1,394 @@
+"""The embedded backend: SQLite in WAL mode with ``synchronous=FULL``.
+
+Every call runs as one whole transaction on a dedicated thread: writes on the writer thread
+(SQLite has one writer anyway), reads on a reader thread with its own connection, which WAL
+lets proceed beside a write. ``BEGIN IMMEDIATE`` takes the write lock up front, so several
+processes sharing the file queue on it instead of failing mid-transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lantern.errors import LeaseLost, StoreError
+from lantern.store.codec import dumps, loads_or_none
+from lantern.store.group_commit import GroupCommitter
+from lantern.store.migrations import migrations
+from lantern.store.records import (
+    AgentVersion,
+    Append,
+    Event,
+    Lease,
+    Run,
+    RunStatus,
+)
+
+T = TypeVar("T")
+
+_RUN_COLUMNS = (
+    "id, workspace, agent_name, agent_version, status, input, output, error, created_at, updated_at"
+)
+_EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
+
+
+def _time(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
+        id=row[0],
+        workspace=row[1],
+        agent_name=row[2],
+        agent_version=row[3],
+        status=row[4],
+        input=loads_or_none(row[5]),
+        output=loads_or_none(row[6]),
+        error=loads_or_none(row[7]),
+        created_at=_time(row[8]),
+        updated_at=_time(row[9]),
+    )
+
+
+def _event(row: sqlite3.Row, blob: bytes | None = None) -> Event:
+    return Event(
+        run_id=row[0],
+        seq=row[1],
+        kind=row[2],
+        at=_time(row[3]),
+        data=loads_or_none(row[4]),
+        step_id=row[5],
+        node_id=row[6],
+        attempt=row[7],
+        blob_digest=row[8],
+        hash=row[9],
+        blob=blob,
+    )
+
+
+def _path(url: str) -> str:
+    # sqlite:///relative/path or sqlite:////absolute/path, as SQLAlchemy spells them.
+    return url.removeprefix("sqlite:///")
+
+
+class SQLiteStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.path = _path(url)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-w")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-r")
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._commits = GroupCommitter[Append](self._append_batch)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def tx() -> T:
+            conn = self._wconn
+            assert conn is not None, "store is not open"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, tx)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def tx() -> T:
+            conn = self._rconn
+            assert conn is not None, "store is not open"
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return await asyncio.get_running_loop().run_in_executor(self._reader, tx)
+
+    async def open(self) -> None:
+        if self._wconn is not None:
+            return
+        if self.path not in ("", ":memory:"):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        self._wconn = await loop.run_in_executor(self._writer, self._connect)
+        await self._write(self._migrate)
+        self._rconn = await loop.run_in_executor(self._reader, self._connect)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations"
+            " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        for m in migrations("sqlite"):
+            if m.version in done:
+                continue
+            # executescript would commit our transaction; run statement by statement instead.
+            for statement in _statements(m.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)", (m.version, m.name, time.time())
+            )
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for conn, pool in ((self._wconn, self._writer), (self._rconn, self._reader)):
+            if conn is not None:
+                await loop.run_in_executor(pool, conn.close)
+        self._wconn = self._rconn = None
+        self._writer.shutdown(wait=False)
+        self._reader.shutdown(wait=False)
+
+    # -- agents -----------------------------------------------------------------------
+
+    async def put_agent(
+        self, workspace: str, name: str, definition: dict[str, Any]
+    ) -> AgentVersion:
+        now = time.time()
+
+        def tx(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM agents WHERE workspace = ? AND name = ?",
+                (workspace, name),
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO agents VALUES (?, ?, ?, ?, ?)",
+                (workspace, name, row[0], dumps(definition), now),
+            )
+            return int(row[0])
+
+        version = await self._write(tx)
+        return AgentVersion(workspace, name, version, definition, _time(now))
+
+    async def get_agent(
+        self, workspace: str, name: str, version: int | None = None
+    ) -> AgentVersion | None:
+        sql = "SELECT workspace, name, version, definition, created_at FROM agents"
+        sql += " WHERE workspace = ? AND name = ?"
+        args: tuple[Any, ...] = (workspace, name)
+        if version is not None:
+            sql += " AND version = ?"
+            args += (version,)
+        sql += " ORDER BY version DESC LIMIT 1"
+        row = await self._read(lambda c: c.execute(sql, args).fetchone())
+        if row is None:
+            return None
+        return AgentVersion(row[0], row[1], row[2], loads_or_none(row[3]), _time(row[4]))
+
+    async def list_agents(self, workspace: str) -> list[AgentVersion]:
+        sql = (
+            "SELECT a.workspace, a.name, a.version, a.definition, a.created_at FROM agents a"
+            " WHERE a.workspace = ? AND a.version ="
+            " (SELECT MAX(version) FROM agents b"
+            " WHERE b.workspace = a.workspace AND b.name = a.name)"
+            " ORDER BY a.name"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (workspace,)).fetchall())
+        return [AgentVersion(r[0], r[1], r[2], loads_or_none(r[3]), _time(r[4])) for r in rows]
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def create_run(self, run: Run) -> None:
+        args = (
+            run.id,
+            run.workspace,
+            run.agent_name,
+            run.agent_version,
+            run.status,
+            dumps(run.input),
+            None if run.output is None else dumps(run.output),
+            None if run.error is None else dumps(run.error),
+            run.created_at.timestamp(),
+            run.updated_at.timestamp(),
+        )
+        await self._write(
+            lambda c: c.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", args
+            )
+        )
+
+    async def get_run(self, run_id: str) -> Run | None:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+        row = await self._read(lambda c: c.execute(sql, (run_id,)).fetchone())
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        workspace: str,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Run]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE workspace = ?"
+        args: list[Any] = [workspace]
+        for condition, value in (
+            ("status = ?", status),
+            ("agent_name = ?", agent_name),
+            ("id < ?", before),
+        ):
+            if value is not None:
+                sql += " AND " + condition
+                args.append(value)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall())
+        return [_run(r) for r in rows]
+
+    # -- leases -----------------------------------------------------------------------
+
+    # Wins a free or expired lease; ``reclaim`` also lets a worker id take back its own.
+    _UPSERT_LEASE = (
+        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch) VALUES (?, ?, ?, 1)"
+        " ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,"
+        " expires_at = excluded.expires_at, epoch = run_locks.epoch + 1"
+        " WHERE run_locks.expires_at <= ? OR (? AND run_locks.worker_id = excluded.worker_id)"
+        " RETURNING epoch"
+    )
+
+    def _upsert_lease(
+        self, conn: sqlite3.Connection, run_id: str, worker_id: str, ttl: float, reclaim: bool
+    ) -> Lease | None:
+        now = time.time()
+        row = conn.execute(
+            self._UPSERT_LEASE, (run_id, worker_id, now + ttl, now, reclaim)
+        ).fetchone()
+        return None if row is None else Lease(run_id, worker_id, int(row[0]))
+
+    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        return await self._write(lambda c: self._upsert_lease(c, run_id, worker_id, ttl, True))
+
+    async def claim_runs(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Lease]:
+        marks = ",".join("?" * len(statuses))
+        sql = (
+            "SELECT r.id FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id"
+            f" WHERE r.status IN ({marks}) AND (l.run_id IS NULL OR l.expires_at <= ?)"
+            " ORDER BY r.created_at LIMIT ?"
+        )
+
+        def tx(conn: sqlite3.Connection) -> list[Lease]:
+            ids = [r[0] for r in conn.execute(sql, (*statuses, time.time(), limit))]
+            won = (self._upsert_lease(conn, i, worker_id, ttl, False) for i in ids)
+            return [lease for lease in won if lease is not None]
+
+        return await self._write(tx)
+
+    async def runs_leased_by(self, worker_id: str) -> list[str]:
+        sql = (
+            "SELECT l.run_id FROM run_locks l JOIN runs r ON r.id = l.run_id"
+            " WHERE l.worker_id = ? AND r.status IN ('queued', 'running') ORDER BY r.created_at"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (worker_id,)).fetchall())
+        return [r[0] for r in rows]
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> bool:
+        sql = "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
+        args = (time.time() + ttl, lease.run_id, lease.epoch)
+        return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def release_lease(self, lease: Lease) -> None:
+        sql = "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?"
+        await self._write(lambda c: c.execute(sql, (lease.run_id, lease.epoch)))
+
+    # -- journal ----------------------------------------------------------------------
+
+    async def append(self, batch: Append) -> None:
+        await self._commits.submit(batch)
+
+    async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
+        return await self._write(lambda c: [_append_one(c, item) for item in batch])
+
+    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+        if blobs:
+            sql = (
+                f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))}, b.body"
+                " FROM journal_events e LEFT JOIN blobs b ON b.digest = e.blob_digest"
+                " WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq"
+            )
+        else:
+            sql = (
+                f"SELECT {_EVENT_COLUMNS}, NULL FROM journal_events"
+                " WHERE run_id = ? AND seq > ? ORDER BY seq"
+            )
+        rows = await self._read(lambda c: c.execute(sql, (run_id, after)).fetchall())
+        return [_event(r, r[10]) for r in rows]
+
+
+def _append_one(conn: sqlite3.Connection, item: Append) -> BaseException | None:
+    """One run's events and update inside the shared transaction, isolated by a savepoint."""
+    lease = item.lease
+    row = conn.execute("SELECT epoch FROM run_locks WHERE run_id = ?", (lease.run_id,)).fetchone()
+    if row is None or row[0] != lease.epoch:
+        return LeaseLost(lease.run_id, lease.epoch)
+    conn.execute("SAVEPOINT one_append")
+    try:
+        conn.executemany(
+            "INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)",
+            [(e.blob.digest, e.blob.body) for e in item.events if e.blob is not None],
+        )
+        conn.executemany(
+            f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+            [
+                (
+                    lease.run_id,
+                    e.seq,
+                    e.kind,
+                    e.at.timestamp(),
+                    dumps(e.data),
+                    e.step_id,
+                    e.node_id,
+                    e.attempt,
+                    None if e.blob is None else e.blob.digest,
+                )
+                for e in item.events
+            ],
+        )
+        if item.update is not None:
+            u = item.update
+            conn.execute(
+                "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
+                (
+                    u.status,
+                    None if u.output is None else dumps(u.output),
+                    None if u.error is None else dumps(u.error),
+                    time.time(),
+                    lease.run_id,
+                ),
+            )
+    except sqlite3.IntegrityError as exc:
+        conn.execute("ROLLBACK TO one_append")
+        conn.execute("RELEASE one_append")
+        return StoreError(f"run {lease.run_id}: journal write refused: {exc}")
+    conn.execute("RELEASE one_append")
+    return None
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (our SQL files hold no semicolons in literals)."""
+    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,34 @@
+"""The public JSON shape (camelCase, CONTRACT §4) of runs and events, for every edge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lantern.store.records import Event, Run
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "agentName": run.agent_name,
+        "agentVersion": run.agent_version,
+        "status": run.status,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "createdAt": run.created_at.isoformat(),
+        "updatedAt": run.updated_at.isoformat(),
+    }
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "runId": event.run_id,
+        "stepId": event.step_id,
+        "nodeId": event.node_id,
+        "kind": event.kind,
+        "attempt": event.attempt,
+        "data": event.data,
+        "at": event.at.isoformat(),
+    }

@@ -1,0 +1,71 @@
+"""Fixtures shared by every test: a database per test on each backend, and a receiver.
+
+PostgreSQL tests get a schema of their own (through ``search_path`` in the URL), so tests
+running in parallel never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from lantern.demo.receiver import Receiver
+from lantern.store import Store, open_store
+from tests.pg_server import DEFAULT, URL_FILE, answers
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_base_url() -> str:
+    url = os.environ.get("LANTERN_TEST_DATABASE_URL") or (
+        URL_FILE.read_text().strip() if URL_FILE.exists() else DEFAULT
+    )
+    if not answers(url):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL does not answer at {url} (CI never skips these tests)")
+        pytest.skip(f"PostgreSQL does not answer at {url}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_base_url: str) -> Iterator[str]:
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(pg_base_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in pg_base_url else "?"
+    yield f"{pg_base_url}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(pg_base_url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'lantern.db'}"
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path)
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = open_store(database_url)
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().start()
+    yield r
+    r.close()

@@ -1,0 +1,109 @@
+"""Make sure the PostgreSQL the tests use answers (CONTRACT §9).
+
+`ensure`: if nothing answers at LANTERN_TEST_DATABASE_URL, start the machine's cluster with
+its own tools, or failing that a throwaway server from the local binaries, and write the URL
+the tests should use to .lantern/test-database-url.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+URL_FILE = Path(__file__).resolve().parent.parent / ".lantern" / "test-database-url"
+
+
+def answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def wait_for(url: str, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if answers(url):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def start_cluster() -> bool:
+    """The Debian cluster this machine ships, started as its docs say."""
+    if shutil.which("pg_ctlcluster") is None:
+        return False
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    for version in versions:
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
+            check=False,
+            capture_output=True,
+        )
+    return bool(versions)
+
+
+def start_throwaway() -> str | None:
+    """initdb + pg_ctl in a temporary folder, owned by the postgres user when run as root."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        return None
+    bindir = Path(found[-1]).parent
+    data = Path(tempfile.mkdtemp(prefix="lantern-pg-"))
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = "55432"
+    subprocess.run(
+        [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *prefix,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            f"-p {port} -k {data} -h 127.0.0.1",
+            "-l",
+            str(data / "log"),
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    return url if wait_for(url) else None
+
+
+def ensure() -> int:
+    url = os.environ.get("LANTERN_TEST_DATABASE_URL", DEFAULT)
+    URL_FILE.parent.mkdir(parents=True, exist_ok=True)
+    if answers(url) or (start_cluster() and wait_for(url)):
+        URL_FILE.write_text(url)
+        return 0
+    throwaway = start_throwaway()
+    if throwaway is not None:
+        URL_FILE.write_text(throwaway)
+        print(f"started a throwaway PostgreSQL at {throwaway}")
+        return 0
+    URL_FILE.unlink(missing_ok=True)
+    print(f"no PostgreSQL answers at {url} and none could be started", file=sys.stderr)
+    return 1 if os.environ.get("CI") == "true" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(ensure() if sys.argv[1:] == ["ensure"] else 2)
