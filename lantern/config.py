@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lantern.durations import parse_duration
+from lantern.errors import UsageError
 
 log = logging.getLogger("lantern.config")
 
@@ -27,6 +28,19 @@ def _duration(env: Mapping[str, str], name: str, default: str, *, positive: bool
     return value
 
 
+def _integer(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{name}={raw!r} is not a positive integer")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
@@ -35,11 +49,12 @@ class Settings:
     worker_id: str = ""
     host: str = "127.0.0.1"
     port: int = 8787
+    max_concurrent_runs: int = 64
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
-        port = int(e.get("LANTERN_PORT", "8787"))
+        port = _integer(e, "LANTERN_PORT", 8787)
         return cls(
             database_url=e.get("LANTERN_DATABASE_URL", DEFAULT_DATABASE_URL),
             lease_ttl=_duration(e, "LANTERN_LEASE_TTL", "10m"),
@@ -47,4 +62,5 @@ class Settings:
             worker_id=e.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:{port}",
             host=e.get("LANTERN_HOST", "127.0.0.1"),
             port=port,
+            max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 64),
         )

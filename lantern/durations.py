@@ -18,7 +18,10 @@ _PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 def parse_duration(text: str) -> float:
-    """Parse a Go duration into seconds; raise ValueError on anything Go would refuse."""
+    """Parse a Go duration into seconds; raise ValueError on anything Go would refuse.
+
+    The one leniency: surrounding whitespace (a trailing newline in an env file) is ignored.
+    """
     s = text.strip()
     sign = 1.0
     if s[:1] in "+-" and s:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
 from lantern.config import Settings
 from lantern.errors import DefinitionError, LanternError, UsageError
@@ -22,8 +23,19 @@ T = TypeVar("T")
 
 
 def settings(ctx: click.Context) -> Settings:
-    obj: Settings = ctx.ensure_object(dict).setdefault("settings", Settings.from_env())
-    return obj
+    obj = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        try:
+            obj["settings"] = Settings.from_env()
+        except UsageError as exc:
+            fail(str(exc), 2)
+    found: Settings = obj["settings"]
+    return found
+
+
+def console() -> Console:
+    """Rich output; when piped, wide enough that ids and statuses are never cut."""
+    return Console(width=None if sys.stdout.isatty() else 240)
 
 
 def with_database(ctx: click.Context, url: str | None) -> None:

@@ -13,12 +13,20 @@ from typing import Any
 
 import click
 import yaml
-from rich.console import Console
 from rich.table import Column, Table
 
 from lantern.app import load_app
 from lantern.cli import waterfall
-from lantern.cli.common import cli_worker_id, fail, opened, parse_json, run, settings, with_database
+from lantern.cli.common import (
+    cli_worker_id,
+    console,
+    fail,
+    opened,
+    parse_json,
+    run,
+    settings,
+    with_database,
+)
 from lantern.durations import parse_duration
 from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
 from lantern.engine.worker import Worker
@@ -79,7 +87,7 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
             table.add_row(
                 a.name, str(a.version), str(nodes), a.created_at.isoformat(" ", "seconds")
             )
-        Console().print(table)
+        console().print(table)
 
     run(body)
 
@@ -158,7 +166,7 @@ def runs_list(
                 r.created_at.isoformat(" ", "seconds"),
                 r.updated_at.isoformat(" ", "seconds"),
             )
-        Console().print(table)
+        console().print(table)
 
     run(body)
 
@@ -178,7 +186,7 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
             if found is None:
                 raise NotFound(f"run {run_id} not found")
             events = await store.events(run_id)
-        waterfall.render(found, events, Console())
+        waterfall.render(found, events, console())
 
     run(body)
 
@@ -210,12 +218,19 @@ def serve(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the rest
 
     async def body() -> None:
         app = load_app(app_spec)
         async with (
             opened(s) as store,
-            Worker(store, app, worker_id=s.worker_id, lease_ttl=s.lease_ttl) as worker,
+            Worker(
+                store,
+                app,
+                worker_id=s.worker_id,
+                lease_ttl=s.lease_ttl,
+                max_concurrent=s.max_concurrent_runs,
+            ) as worker,
         ):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -24,6 +24,11 @@ class Hit:
     body: Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many runs deliver at once; the default backlog of 5 drops them
+    daemon_threads = True
+
+
 class Receiver:
     def __init__(self) -> None:
         self.hits: list[Hit] = []
@@ -62,8 +67,7 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -41,7 +41,9 @@ async def send(
         ) from exc
     except httpx.HTTPError as exc:
         raise StepError(
-            f"http connector: {method} {url} failed: {exc}", error_class="connector", retryable=True
+            f"http connector: {method} {url} failed: {type(exc).__name__}: {exc}",
+            error_class="connector",
+            retryable=True,
         ) from exc
     text = response.text
     if not response.is_success:

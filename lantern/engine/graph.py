@@ -97,15 +97,16 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
         source, target = edge.get("source"), edge.get("target")
         ok = True
         for end, value in (("source", source), ("target", target)):
-            if value not in nodes:
+            if not isinstance(value, str) or value not in nodes:
                 problems.append(
                     f"edge {index} ({source} -> {target}): {end} node {value!r} does not exist"
                 )
                 ok = False
         if ok:
             assert isinstance(source, str) and isinstance(target, str)
-            succ[source].append(target)
-            pred[target].append(source)
+            if target not in succ[source]:  # an edge listed twice is still one edge
+                succ[source].append(target)
+                pred[target].append(source)
 
     triggers = [n.id for n in nodes.values() if n.type == "trigger"]
     if not triggers:
@@ -148,7 +149,9 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
     if not isinstance(data, dict):
         problems.append(f"{where}: 'data' must be an object")
         data = {}
-    if node_type in PLANNED_TYPES:
+    if not isinstance(node_type, str):
+        problems.append(f"{where}: 'type' must be a string")
+    elif node_type in PLANNED_TYPES:
         problems.append(f"{where}: node type {node_type!r} is not available yet")
     elif node_type not in AVAILABLE_TYPES:
         problems.append(
@@ -193,7 +196,7 @@ def _check_retry(where: str, retry: Any, problems: list[str]) -> None:
         return
     unknown = set(retry) - {"maxAttempts", "backoffMs", "retryableClasses"}
     if unknown:
-        problems.append(f"{where}: retry has unknown fields {', '.join(sorted(unknown))}")
+        problems.append(f"{where}: retry has unknown fields {', '.join(sorted(map(str, unknown)))}")
     attempts = retry.get("maxAttempts", 1)
     if not _is_int(attempts) or not 1 <= attempts <= 100:
         problems.append(f"{where}: retry.maxAttempts must be an integer from 1 to 100")
@@ -201,7 +204,9 @@ def _check_retry(where: str, retry: Any, problems: list[str]) -> None:
     if not _is_int(backoff) or backoff < 0:
         problems.append(f"{where}: retry.backoffMs must be a non-negative integer")
     classes = retry.get("retryableClasses", [])
-    if not isinstance(classes, list) or not all(c in RETRYABLE_CLASSES for c in classes):
+    if not isinstance(classes, list) or not all(
+        isinstance(c, str) and c in RETRYABLE_CLASSES for c in classes
+    ):
         problems.append(
             f"{where}: retry.retryableClasses must be a list drawn from "
             + ", ".join(sorted(RETRYABLE_CLASSES))
@@ -237,7 +242,11 @@ def _reachable(start: str, succ: Mapping[str, list[str]]) -> set[str]:
 
 
 def _cycle_members(succ: Mapping[str, list[str]]) -> list[str]:
-    """Nodes left over by Kahn's algorithm: those on or downstream of a cycle."""
+    """Nodes on a cycle, in definition order.
+
+    Kahn's algorithm leaves over the nodes on or downstream of a cycle; of those, the ones on
+    a cycle are the ones that can reach themselves.
+    """
     indegree = {n: 0 for n in succ}
     for targets in succ.values():
         for t in targets:
@@ -248,4 +257,5 @@ def _cycle_members(succ: Mapping[str, list[str]]) -> list[str]:
             indegree[t] -= 1
             if indegree[t] == 0:
                 queue.append(t)
-    return [n for n, d in indegree.items() if d > 0]
+    leftover = [n for n, d in indegree.items() if d > 0]
+    return [n for n in leftover if any(n in _reachable(s, succ) for s in succ[n])]

@@ -1,11 +1,14 @@
 """Templates (``{{ input.x }}``, ``{{ steps.node.output.y }}``) rendered in Jinja2's sandbox.
 
 A string that is exactly one ``{{ expression }}`` renders to the expression's own value, so
-``"{{ input.count }}"`` stays a number; anything else renders to a string.
+``"{{ input.count }}"`` stays a number; anything else renders to a string. The value is a copy:
+a tool that changes its arguments never changes the input or the outputs later steps read.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from typing import Any
 
@@ -15,7 +18,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from lantern.errors import TemplateError
 
 _ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.S)
+# One ``{{ expression }}`` alone, whitespace-control markers (``{{-``, ``{{+``, ``-}}``) aside.
+_SINGLE = re.compile(r"^\s*\{\{[-+]?(?P<expr>(?:(?!\{\{|\}\}).)*?)-?\}\}\s*$", re.S)
 
 
 def render(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
@@ -37,15 +41,30 @@ def _render_string(text: str, context: dict[str, Any], where: str) -> Any:
     try:
         single = _SINGLE.match(text)
         if single is not None:
-            expr = _ENV.compile_expression(single.group("expr"), undefined_to_none=False)
-            result = expr(**context)
+            result = _expression(single.group("expr"))(**context)
             if isinstance(result, jinja2.Undefined):
                 str(result)  # StrictUndefined raises here, naming what is missing
-            return result
-        return _ENV.from_string(text).render(**context)
+            return copy.deepcopy(result)
+        return _template(text).render(**context)
     except jinja2.TemplateError as exc:
-        place = f" in {where}" if where else ""
-        raise TemplateError(f"template error{place}: {exc}") from exc
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:  # the expression itself failed: 1 / 0, 1 + "a", a range too big
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+
+
+# A run renders the same few templates over and over; compiling is most of the cost.
+@functools.lru_cache(maxsize=4096)
+def _expression(source: str) -> Any:
+    return _ENV.compile_expression(source, undefined_to_none=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(source: str) -> jinja2.Template:
+    return _ENV.from_string(source)
+
+
+def _place(where: str) -> str:
+    return f" in {where}" if where else ""
 
 
 def check(text: str) -> str | None:

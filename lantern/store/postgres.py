@@ -78,6 +78,10 @@ def _event(row: TupleRow, blob: bytes | None = None) -> Event:
     return Event(run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, blob, hash_)
 
 
+def _refused(item: Append, exc: Exception) -> StoreError:
+    return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
+
+
 def _json_or_none(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
@@ -288,9 +292,9 @@ class PostgresStore:
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
         try:
             won = await self._write(batch)
-        except psycopg.errors.IntegrityError:
+        except psycopg.errors.IntegrityError as exc:
             if len(batch) == 1:
-                raise
+                return [_refused(batch[0], exc)]
             # Isolate the offender so the other runs' events still land.
             return [await self._append_alone(item) for item in batch]
         return [
@@ -302,7 +306,7 @@ class PostgresStore:
         try:
             won = await self._write([item])
         except psycopg.errors.IntegrityError as exc:
-            return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
+            return _refused(item, exc)
         return None if won else LeaseLost(item.lease.run_id, item.lease.epoch)
 
     async def _write(self, batch: Sequence[Append]) -> set[str]:

@@ -1,0 +1,181 @@
+"""The terminal waterfall: a row per step, computed from the journal alone."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from lantern.cli.waterfall import StepRow, render, step_rows
+from lantern.store.records import Event, Run
+
+T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class Journal:
+    """Builds a run's events by hand, numbering them and timing them in milliseconds."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(
+        self,
+        ms: int,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        step: str | None = None,
+        attempt: int | None = None,
+    ) -> Journal:
+        self.events.append(
+            Event(
+                run_id="run_1",
+                seq=len(self.events) + 1,
+                kind=kind,
+                at=T0 + timedelta(milliseconds=ms),
+                data=data or {},
+                step_id=step,
+                node_id=step,
+                attempt=attempt,
+            )
+        )
+        return self
+
+    def started(self, ms: int, step: str, type: str = "tool", attempt: int = 1) -> Journal:
+        return self.add(ms, "step_started", {"type": type}, step, attempt)
+
+    def completed(self, ms: int, step: str, attempt: int = 1) -> Journal:
+        return self.add(ms, "step_completed", {"output": {"step": step}}, step, attempt)
+
+
+def crashed_and_recovered() -> list[Event]:
+    """s1 completes, the worker dies with s2 in flight, another worker re-runs s2."""
+    return (
+        Journal()
+        .add(0, "run_started", {"worker": "w1", "epoch": 1})
+        .started(0, "start", type="trigger")
+        .completed(0, "start")
+        .started(0, "s1", type="connector")
+        .completed(120, "s1")
+        .started(120, "s2", type="tool")
+        .add(
+            5000,
+            "run_recovered",
+            {
+                "fromWorker": "w1",
+                "toWorker": "w2",
+                "epoch": 2,
+                "replayed": ["start", "s1"],
+                "inFlight": ["s2"],
+            },
+        )
+        .completed(5300, "s2")
+        .started(5300, "s3", type="connector")
+        .completed(5450, "s3")
+        .add(5450, "run_succeeded", {"output": {"step": "s3"}})
+        .events
+    )
+
+
+def test_rows_after_a_crash_and_recovery() -> None:
+    rows = step_rows(crashed_and_recovered())
+    assert rows == [
+        StepRow("start", "trigger", 0.0, 0.0, "completed", 1, replayed=True),
+        StepRow("s1", "connector", 0.0, 0.12, "completed", 1, replayed=True),
+        StepRow("s2", "tool", 0.12, 5.18, "completed", 1, replayed=False),
+        StepRow("s3", "connector", 5.3, 0.15, "completed", 1, replayed=False),
+    ]
+
+
+def test_offsets_and_durations_are_exact_seconds() -> None:
+    rows = {r.step_id: r for r in step_rows(crashed_and_recovered())}
+    assert rows["s2"].start == pytest.approx(0.12)
+    assert rows["s2"].duration == pytest.approx(5.18)
+    assert rows["s3"].start == pytest.approx(5.3)
+    assert rows["s3"].duration == pytest.approx(0.15)
+
+
+def test_a_step_in_flight_has_no_duration() -> None:
+    events = (
+        Journal()
+        .add(0, "run_started")
+        .started(0, "start", type="trigger")
+        .completed(0, "start")
+        .started(10, "s1", type="connector", attempt=2)
+        .events
+    )
+    [_, row] = step_rows(events)
+    assert row.step_id == "s1"
+    assert row.status == "in flight"
+    assert row.duration is None
+    assert row.start == pytest.approx(0.01)
+    assert row.attempt == 2
+    assert row.replayed is False
+
+
+def test_a_failed_step() -> None:
+    events = (
+        Journal()
+        .add(0, "run_started")
+        .started(0, "start", type="trigger")
+        .completed(0, "start")
+        .started(0, "boom")
+        .add(40, "step_failed", {"error": {"message": "no"}}, "boom", 1)
+        .add(40, "run_failed")
+        .events
+    )
+    row = step_rows(events)[1]
+    assert (row.step_id, row.status) == ("boom", "failed")
+    assert row.duration == pytest.approx(0.04)
+
+
+def test_parallel_steps_keep_the_order_they_started_in() -> None:
+    events = (
+        Journal()
+        .add(0, "run_started")
+        .started(0, "start", type="trigger")
+        .completed(0, "start")
+        .started(1, "b")
+        .started(1, "a")
+        .completed(30, "a")
+        .completed(50, "b")
+        .events
+    )
+    rows = step_rows(events)
+    assert [r.step_id for r in rows] == ["start", "b", "a"]
+    assert [r.duration for r in rows] == [0.0, pytest.approx(0.049), pytest.approx(0.029)]
+
+
+def test_no_events_no_rows() -> None:
+    assert step_rows([]) == []
+
+
+def test_render_prints_a_row_per_step_and_the_recovery() -> None:
+    events = crashed_and_recovered()
+    run = Run(
+        id="run_1",
+        workspace="default",
+        agent_name="onboard",
+        agent_version=3,
+        status="succeeded",
+        input={},
+        output={"step": "s3"},
+        error=None,
+        created_at=T0,
+        updated_at=T0 + timedelta(seconds=6),
+    )
+    out = io.StringIO()
+    render(run, events, Console(file=out, width=160, color_system=None))
+    text = out.getvalue()
+    assert "run_1" in text and "onboard v3" in text and "succeeded" in text
+    assert "1 recovery" in text
+    lines = text.splitlines()
+    for step in ("start", "s1", "s2", "s3"):
+        assert any(line.split()[:1] == [step] for line in lines), (step, text)
+    s2 = next(line for line in lines if line.startswith("s2 "))
+    assert "+120ms" in s2 and "5180ms" in s2 and "replayed" not in s2
+    s1 = next(line for line in lines if line.startswith("s1 "))
+    assert "replayed" in s1
+    assert "w1 -> w2" in text and "re-ran s2" in text and "replayed 2 step(s)" in text
