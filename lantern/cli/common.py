@@ -35,7 +35,7 @@ def settings(ctx: click.Context) -> Settings:
 
 def console() -> Console:
     """Rich output; when piped, wide enough that ids and statuses are never cut."""
-    return Console(width=None if sys.stdout.isatty() else 240)
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def with_database(ctx: click.Context, url: str | None) -> None:

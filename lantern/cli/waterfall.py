@@ -25,6 +25,7 @@ class StepRow:
     status: str  # completed | failed | in flight
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
+    rerun: bool = False  # in flight at a crash, so executed again with the same key
 
 
 def step_rows(events: Sequence[Event]) -> list[StepRow]:
@@ -34,6 +35,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
     started: dict[str, tuple[datetime, str, int]] = {}
     ended: dict[str, tuple[datetime, str]] = {}
     replayed: set[str] = set()
+    rerun: set[str] = set()
     for e in events:
         if e.kind == "step_started" and e.step_id:
             if e.step_id not in started:
@@ -43,6 +45,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
             ended[e.step_id] = (e.at, status)
         elif e.kind == "run_recovered":
             replayed.update(e.data.get("replayed", []))
+            rerun.update(e.data.get("inFlight", []))
     rows = []
     for step, (at, node_type, attempt) in started.items():
         end = ended.get(step)
@@ -55,6 +58,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
                 status="in flight" if end is None else end[1],
                 attempt=attempt,
                 replayed=step in replayed,
+                rerun=step in rerun,
             )
         )
     return rows
@@ -84,7 +88,7 @@ def render(run: Run, events: Sequence[Event], console: Console) -> None:
             bar,
             Text(r.status, style=_STYLE.get(r.status, "")),
             str(r.attempt),
-            "replayed" if r.replayed else "",
+            "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
         )
     console.print(table)
     for e in recoveries:

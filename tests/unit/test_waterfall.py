@@ -84,7 +84,7 @@ def test_rows_after_a_crash_and_recovery() -> None:
     assert rows == [
         StepRow("start", "trigger", 0.0, 0.0, "completed", 1, replayed=True),
         StepRow("s1", "connector", 0.0, 0.12, "completed", 1, replayed=True),
-        StepRow("s2", "tool", 0.12, 5.18, "completed", 1, replayed=False),
+        StepRow("s2", "tool", 0.12, 5.18, "completed", 1, replayed=False, rerun=True),
         StepRow("s3", "connector", 5.3, 0.15, "completed", 1, replayed=False),
     ]
 

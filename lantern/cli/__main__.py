@@ -1,0 +1,3 @@
+from lantern.cli.main import main
+
+main()
