@@ -5,6 +5,7 @@ Validation collects every problem before it fails, so one error names them all.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -40,6 +41,22 @@ class Graph:
     @property
     def sinks(self) -> tuple[str, ...]:
         return tuple(n for n in self.nodes if not self.successors[n])
+
+    @functools.cached_property
+    def upstream(self) -> Mapping[str, frozenset[str]]:
+        """Every node's ancestors, computed once per graph in topological order."""
+        found: dict[str, frozenset[str]] = {}
+        waiting = {n: len(self.predecessors[n]) for n in self.nodes}
+        ready = deque(n for n, count in waiting.items() if count == 0)
+        while ready:
+            n = ready.popleft()
+            preds = self.predecessors[n]
+            found[n] = frozenset(preds).union(*(found[p] for p in preds))
+            for s in self.successors[n]:
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    ready.append(s)
+        return MappingProxyType(found)
 
 
 def parse_agent(definition: Any) -> Graph:

@@ -41,11 +41,4 @@ def ancestors(graph: Graph, node: str) -> frozenset[str]:
     Limiting templates to ancestors keeps a step's inputs the same in every re-drive, whatever
     order parallel branches happened to finish in.
     """
-    seen: set[str] = set()
-    stack = list(graph.predecessors[node])
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(graph.predecessors[n])
-    return frozenset(seen)
+    return graph.upstream[node]

@@ -92,8 +92,11 @@ class EventWriter:
             attempt=attempt,
         )
 
-    def completed(self, step_id: str, attempt: int, output: Any) -> NewEvent:
-        body = dumps(output).encode()
+    def completed(
+        self, step_id: str, attempt: int, output: Any, encoded: str | None = None
+    ) -> NewEvent:
+        """``encoded`` is ``output`` already serialised, when the caller has it."""
+        body = (dumps(output) if encoded is None else encoded).encode()
         if len(body) <= INLINE_LIMIT:
             return self.event(
                 "step_completed", {"output": output}, step_id=step_id, attempt=attempt

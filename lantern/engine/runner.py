@@ -19,6 +19,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -33,7 +35,7 @@ from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.store.base import Store
 from lantern.store.codec import dumps
-from lantern.store.records import Append, Lease, NewEvent, Run, RunUpdate
+from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
 
 log = logging.getLogger("lantern.runner")
 
@@ -71,8 +73,9 @@ class Runner:
             if lease is None:
                 return None
         self.keeper.hold(lease)
+        drive = _Drive(self, run, lease, await self._graph(run))
         try:
-            await _Drive(self, run, lease, await self._graph(run)).execute()
+            await drive.execute()
         except LeaseLost as exc:
             log.warning("%s", exc)
             return None
@@ -82,8 +85,18 @@ class Runner:
             raise
         finally:
             self.keeper.drop(lease)
-        await self.store.release_lease(lease)
-        return await self.store.get_run(run_id)
+        final = drive.final
+        if final is None:  # stopped early (a clean stop), or another worker had finished it
+            await self.store.release_lease(lease)
+            return await self.store.get_run(run_id)
+        # The commit that finished the run released its lease in the same transaction.
+        return replace(
+            run,
+            status=final.status,
+            output=final.output,
+            error=final.error,
+            updated_at=datetime.now(UTC),
+        )
 
     async def _graph(self, run: Run) -> Graph:
         key = (run.workspace, run.agent_name, run.agent_version)
@@ -108,6 +121,7 @@ class _Drive:
         self.attempts: dict[str, int] = {}
         self.tasks: dict[asyncio.Task[Any], str] = {}
         self.writer = EventWriter(0)
+        self.final: RunUpdate | None = None  # the update that finished the run, once it has
 
     async def execute(self) -> None:
         state = fold(await self.r.store.events(self.run.id, blobs=True))
@@ -198,7 +212,9 @@ class _Drive:
                     else:
                         # Downstream steps see exactly what a replay would read back.
                         self.outputs[step] = json.loads(body)
-                        events.append(self.writer.completed(step, attempt, self.outputs[step]))
+                        events.append(
+                            self.writer.completed(step, attempt, self.outputs[step], body)
+                        )
                         continue
                 assert isinstance(exc, StepError)
                 failure = failure or (step, exc)
@@ -245,5 +261,7 @@ class _Drive:
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         await self.r.store.append(Append(self.lease, tuple(events), update))
+        if update is not None and update.status in TERMINAL:
+            self.final = update
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)

@@ -76,7 +76,10 @@ class Store(Protocol):
 
     # journal
     async def append(self, batch: Append) -> None:
-        """Write events and the run update in one transaction, or raise LeaseLost."""
+        """Write events and the run update in one transaction, or raise LeaseLost.
+
+        An update to a finished status also releases the lease, in the same transaction.
+        """
 
     async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
         """The run's journal in sequence order, in one query."""

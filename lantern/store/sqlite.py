@@ -22,6 +22,7 @@ from lantern.store.codec import dumps, loads_or_none
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
 from lantern.store.records import (
+    TERMINAL,
     AgentVersion,
     Append,
     Event,
@@ -380,6 +381,11 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> BaseException | None:
                     lease.run_id,
                 ),
             )
+            if u.status in TERMINAL:
+                conn.execute(
+                    "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?",
+                    (lease.run_id, lease.epoch),
+                )
     except sqlite3.IntegrityError as exc:
         conn.execute("ROLLBACK TO one_append")
         conn.execute("RELEASE one_append")

@@ -206,3 +206,14 @@ async def test_open_is_idempotent_and_reapplies_nothing(database_url: str) -> No
     await s.open()
     assert (await s.get_agent("default", "a")).version == 2  # type: ignore[union-attr]
     await s.close()
+
+
+async def test_a_finishing_append_releases_the_lease_in_the_same_transaction(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire_lease(run.id, "w1", ttl=600)
+    assert lease is not None
+    await store.append(Append(lease, (ev(1, "run_started"),), RunUpdate("running")))
+    assert await store.acquire_lease(run.id, "w2", ttl=60) is None
+    await store.append(Append(lease, (ev(2, "run_failed"),), RunUpdate("failed", error={"x": 1})))
+    taken = await store.acquire_lease(run.id, "w2", ttl=60)
+    assert taken is not None and taken.epoch == 2
