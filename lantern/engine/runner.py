@@ -62,20 +62,31 @@ class Runner:
         self._graphs: dict[tuple[str, str, int], Graph] = {}
 
     async def drive(self, run_id: str, lease: Lease | None = None) -> Run | None:
-        """Execute or re-drive a run; None when another worker holds it or ours was lost."""
+        """Execute or re-drive a run; None when another worker holds it or ours was lost.
+
+        ``lease``, when given, was won before this call (by a claim), so the run read here is
+        current: a queued run then has no journal to read.
+        """
         run = await self.store.get_run(run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")
         if run.finished:
             return run  # re-driving a finished run invokes nothing and writes nothing
+        graph = await self._graph(run)
+        drive = _Drive(self, run, graph)
+        known_empty = lease is not None and run.status == "queued"
+        if lease is None and run.status == "queued":
+            # Lease and opening commit in one transaction: one commit fewer per run.
+            lease = await drive.begin()
+            if lease is None:
+                drive = _Drive(self, run, graph)
         if lease is None:
             lease = await self.store.acquire_lease(run_id, self.worker_id, self.keeper.ttl)
             if lease is None:
                 return None
         self.keeper.hold(lease)
-        drive = _Drive(self, run, lease, await self._graph(run))
         try:
-            await drive.execute()
+            await drive.execute(lease, RunState() if known_empty else None)
         except LeaseLost as exc:
             log.warning("%s", exc)
             return None
@@ -112,21 +123,53 @@ class Runner:
 class _Drive:
     """One drive of one run: the state between journal commits."""
 
-    def __init__(self, runner: Runner, run: Run, lease: Lease, graph: Graph) -> None:
+    def __init__(self, runner: Runner, run: Run, graph: Graph) -> None:
         self.r = runner
         self.run = run
-        self.lease = lease
         self.graph = graph
+        self.lease = Lease(run.id, runner.worker_id, 0)  # the real one comes with execute()
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
         self.tasks: dict[asyncio.Task[Any], str] = {}
         self.writer = EventWriter(0)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
+        self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
 
-    async def execute(self) -> None:
-        state = fold(await self.r.store.events(self.run.id, blobs=True))
-        if state.terminal is not None:
-            return
+    async def begin(self) -> Lease | None:
+        """Lease a never-started run and journal its opening, in one transaction."""
+        events, update, spawn = self._plan(RunState())
+        assert update is not None
+        lease = await self.r.store.start_run(
+            self.run.id, self.r.worker_id, self.r.keeper.ttl, events, update
+        )
+        if lease is not None:
+            self._committed(events, update)
+            self._begun = spawn
+        return lease
+
+    async def execute(self, lease: Lease, state: RunState | None) -> None:
+        """Drive from the journal (``state`` None: read it) to the end, or to a stop."""
+        self.lease = lease
+        spawn = self._begun
+        if spawn is None:
+            if state is None:
+                state = fold(await self.r.store.events(self.run.id, blobs=True))
+            if state.terminal is not None:
+                return
+            events, update, spawn = self._plan(state)
+            await self._commit(events, update)
+        for step, attempt in spawn:
+            self._spawn(step, attempt)
+        try:
+            await self._loop()
+        finally:
+            for task in self.tasks:
+                task.cancel()
+
+    def _plan(
+        self, state: RunState
+    ) -> tuple[list[NewEvent], RunUpdate | None, list[tuple[str, int]]]:
+        """The opening commit of this drive, and the steps to spawn once it is durable."""
         self.writer = EventWriter(state.last_seq)
         self.outputs = dict(state.outputs)
         self.attempts = dict(state.attempts)
@@ -136,16 +179,7 @@ class _Drive:
         events += self._start(fresh)
         if interpreter.finished(self.graph, self.outputs):
             events, update = self._succeeded(events)
-        await self._commit(events, update)
-        for step, attempt in resume:
-            self._spawn(step, attempt)
-        for step in fresh:
-            self._spawn(step, 1)
-        try:
-            await self._loop()
-        finally:
-            for task in self.tasks:
-                task.cancel()
+        return events, update, resume + [(s, 1) for s in fresh]
 
     def _opening(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         w = self.writer
@@ -165,7 +199,7 @@ class _Drive:
         self.outputs[trigger] = self.run.input
         self.attempts[trigger] = 1
         return [
-            w.event("run_started", {"worker": self.r.worker_id, "epoch": self.lease.epoch}),
+            w.event("run_started", {"worker": self.r.worker_id}),
             # The trigger has no side effect, so it starts and completes in the first commit.
             w.event("step_started", {"type": "trigger"}, step_id=trigger, attempt=1),
             w.completed(trigger, 1, self.run.input),
@@ -261,6 +295,9 @@ class _Drive:
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         await self.r.store.append(Append(self.lease, tuple(events), update))
+        self._committed(events, update)
+
+    def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         if update is not None and update.status in TERMINAL:
             self.final = update
         for listener in self.r.app.commit_listeners:

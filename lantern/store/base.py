@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from lantern.store.records import (
@@ -9,8 +10,10 @@ from lantern.store.records import (
     Append,
     Event,
     Lease,
+    NewEvent,
     Run,
     RunStatus,
+    RunUpdate,
 )
 
 
@@ -75,6 +78,19 @@ class Store(Protocol):
         """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""
 
     # journal
+    async def start_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        """Lease a queued run with no journal and write its opening events, in one transaction.
+
+        None, with nothing written, when the run has started or another worker holds it.
+        """
+
     async def append(self, batch: Append) -> None:
         """Write events and the run update in one transaction, or raise LeaseLost.
 

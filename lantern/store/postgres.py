@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -28,8 +28,10 @@ from lantern.store.records import (
     Append,
     Event,
     Lease,
+    NewEvent,
     Run,
     RunStatus,
+    RunUpdate,
 )
 
 log = logging.getLogger("lantern.store.postgres")
@@ -74,6 +76,39 @@ WITH batch AS (
 SELECT run_id FROM fenced
 """
 
+# Lease a never-started run and write its opening events in one statement: the events and
+# the run update land only if the lease row was won.
+_START_RUN = """
+WITH lease AS (
+    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
+    SELECT id, %(worker)s,
+           CASE WHEN %(release)s THEN 'epoch' ELSE now() + make_interval(secs => %(ttl)s) END, 1
+    FROM runs
+    WHERE id = %(run)s AND status = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM journal_events WHERE run_id = %(run)s)
+    ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,
+        expires_at = excluded.expires_at, epoch = run_locks.epoch + 1
+    WHERE run_locks.expires_at <= now() OR run_locks.worker_id = excluded.worker_id
+    RETURNING run_id, epoch
+), stored_blobs AS (
+    INSERT INTO blobs (digest, body)
+    SELECT digest, decode(body, 'base64')
+    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
+    ON CONFLICT DO NOTHING
+), inserted AS (
+    INSERT INTO journal_events (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest)
+    SELECT l.run_id, b.seq, b.kind, b.at, b.data, b.step_id, b.node_id, b.attempt, b.blob_digest
+    FROM lease l, json_to_recordset(%(events)s::json) AS b(
+        seq bigint, kind text, at timestamptz, data jsonb, step_id text, node_id text,
+        attempt int, blob_digest text)
+), updated AS (
+    UPDATE runs SET status = %(status)s, output = %(output)s::jsonb, error = %(error)s::jsonb,
+                    updated_at = now()
+    WHERE id IN (SELECT run_id FROM lease)
+)
+SELECT epoch FROM lease
+"""
+
 
 def _run(row: TupleRow) -> Run:
     return Run(*row)
@@ -82,6 +117,36 @@ def _run(row: TupleRow) -> Run:
 def _event(row: TupleRow, blob: bytes | None = None) -> Event:
     run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash_ = row[:10]
     return Event(run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, blob, hash_)
+
+
+def _event_rows(
+    events: Iterable[NewEvent], run_id: str | None = None, epoch: int | None = None
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": run_id,
+            "epoch": epoch,
+            "seq": e.seq,
+            "kind": e.kind,
+            "at": e.at.isoformat(),
+            "data": e.data,
+            "step_id": e.step_id,
+            "node_id": e.node_id,
+            "attempt": e.attempt,
+            "blob_digest": None if e.blob is None else e.blob.digest,
+        }
+        for e in events
+    ]
+
+
+def _blob_rows(events: Iterable[NewEvent]) -> str:
+    return dumps(
+        [
+            {"digest": e.blob.digest, "body": base64.b64encode(e.blob.body).decode()}
+            for e in events
+            if e.blob is not None
+        ]
+    )
 
 
 def _refused(item: Append, exc: Exception) -> StoreError:
@@ -295,6 +360,31 @@ class PostgresStore:
 
     # -- journal ----------------------------------------------------------------------
 
+    async def start_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        params = {
+            "run": run_id,
+            "worker": worker_id,
+            "ttl": ttl,
+            "release": update.status in TERMINAL,
+            "events": dumps(_event_rows(events)),
+            "blobs": _blob_rows(events),
+            "status": update.status,
+            "output": _json_or_none(update.output),
+            "error": _json_or_none(update.error),
+        }
+        try:
+            row = await self._fetchone(_START_RUN, params)
+        except psycopg.errors.IntegrityError:
+            return None  # the same worker id raced itself to start it; the other one did
+        return None if row is None else Lease(run_id, worker_id, row[0])
+
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
 
@@ -320,40 +410,25 @@ class PostgresStore:
 
     async def _write(self, batch: Sequence[Append]) -> set[str]:
         events: list[dict[str, Any]] = []
-        blobs: list[dict[str, str]] = []
         updates: list[dict[str, Any]] = []
         for item in batch:
-            run_id, epoch = item.lease.run_id, item.lease.epoch
-            for e in item.events:
-                events.append(
-                    {
-                        "run_id": run_id,
-                        "epoch": epoch,
-                        "seq": e.seq,
-                        "kind": e.kind,
-                        "at": e.at.isoformat(),
-                        "data": e.data,
-                        "step_id": e.step_id,
-                        "node_id": e.node_id,
-                        "attempt": e.attempt,
-                        "blob_digest": None if e.blob is None else e.blob.digest,
-                    }
-                )
-                if e.blob is not None:
-                    body = base64.b64encode(e.blob.body).decode()
-                    blobs.append({"digest": e.blob.digest, "body": body})
+            events += _event_rows(item.events, item.lease.run_id, item.lease.epoch)
             u = item.update
             if u is not None:
                 updates.append(
                     {
-                        "run_id": run_id,
+                        "run_id": item.lease.run_id,
                         "status": u.status,
                         "output": u.output,
                         "error": u.error,
                         "release": u.status in TERMINAL,
                     }
                 )
-        params = {"events": dumps(events), "blobs": dumps(blobs), "updates": dumps(updates)}
+        params = {
+            "events": dumps(events),
+            "blobs": _blob_rows(e for item in batch for e in item.events),
+            "updates": dumps(updates),
+        }
         rows = await self._writer_execute(_APPEND, params)
         return {r[0] for r in rows}
 

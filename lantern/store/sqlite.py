@@ -27,8 +27,10 @@ from lantern.store.records import (
     Append,
     Event,
     Lease,
+    NewEvent,
     Run,
     RunStatus,
+    RunUpdate,
 )
 
 T = TypeVar("T")
@@ -318,11 +320,38 @@ class SQLiteStore:
 
     # -- journal ----------------------------------------------------------------------
 
+    async def start_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        def tx(conn: sqlite3.Connection) -> Lease | None:
+            status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            journal = conn.execute(
+                "SELECT 1 FROM journal_events WHERE run_id = ? LIMIT 1", (run_id,)
+            ).fetchone()
+            if status is None or status[0] != "queued" or journal is not None:
+                return None
+            lease = self._upsert_lease(conn, run_id, worker_id, ttl, True)
+            if lease is not None:
+                _append_one(conn, Append(lease, tuple(events), update))
+            return lease
+
+        return await self._write(tx)
+
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
 
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
-        return await self._write(lambda c: [_append_one(c, item) for item in batch])
+        if len(batch) == 1:  # alone in its transaction: no savepoint needed
+            try:
+                return [await self._write(lambda c: _append_one(c, batch[0]))]
+            except sqlite3.IntegrityError as exc:
+                return [_refused(batch[0], exc)]
+        return await self._write(lambda c: [_isolated(c, item) for item in batch])
 
     async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
         if blobs:
@@ -340,57 +369,66 @@ class SQLiteStore:
         return [_event(r, r[10]) for r in rows]
 
 
-def _append_one(conn: sqlite3.Connection, item: Append) -> BaseException | None:
-    """One run's events and update inside the shared transaction, isolated by a savepoint."""
+def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
+    """One run's append inside a shared transaction: a savepoint keeps a refusal its own."""
+    conn.execute("SAVEPOINT one_append")
+    outcome: BaseException | None
+    try:
+        outcome = _append_one(conn, item)
+    except sqlite3.IntegrityError as exc:
+        conn.execute("ROLLBACK TO one_append")
+        outcome = _refused(item, exc)
+    conn.execute("RELEASE one_append")
+    return outcome
+
+
+def _refused(item: Append, exc: Exception) -> StoreError:
+    return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
+
+
+def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
+    """Fenced by the lease epoch (SQLite's one writer serialises this with any steal)."""
     lease = item.lease
     row = conn.execute("SELECT epoch FROM run_locks WHERE run_id = ?", (lease.run_id,)).fetchone()
     if row is None or row[0] != lease.epoch:
         return LeaseLost(lease.run_id, lease.epoch)
-    conn.execute("SAVEPOINT one_append")
-    try:
-        conn.executemany(
-            "INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)",
-            [(e.blob.digest, e.blob.body) for e in item.events if e.blob is not None],
-        )
-        conn.executemany(
-            f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
-            [
-                (
-                    lease.run_id,
-                    e.seq,
-                    e.kind,
-                    e.at.timestamp(),
-                    dumps(e.data),
-                    e.step_id,
-                    e.node_id,
-                    e.attempt,
-                    None if e.blob is None else e.blob.digest,
-                )
-                for e in item.events
-            ],
-        )
-        if item.update is not None:
-            u = item.update
-            conn.execute(
-                "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
-                (
-                    u.status,
-                    None if u.output is None else dumps(u.output),
-                    None if u.error is None else dumps(u.error),
-                    time.time(),
-                    lease.run_id,
-                ),
+    blobs = [(e.blob.digest, e.blob.body) for e in item.events if e.blob is not None]
+    if blobs:
+        conn.executemany("INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)", blobs)
+    conn.executemany(
+        f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+        [
+            (
+                lease.run_id,
+                e.seq,
+                e.kind,
+                e.at.timestamp(),
+                dumps(e.data),
+                e.step_id,
+                e.node_id,
+                e.attempt,
+                None if e.blob is None else e.blob.digest,
             )
-            if u.status in TERMINAL:
-                conn.execute(
-                    "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?",
-                    (lease.run_id, lease.epoch),
-                )
-    except sqlite3.IntegrityError as exc:
-        conn.execute("ROLLBACK TO one_append")
-        conn.execute("RELEASE one_append")
-        return StoreError(f"run {lease.run_id}: journal write refused: {exc}")
-    conn.execute("RELEASE one_append")
+            for e in item.events
+        ],
+    )
+    if item.update is not None:
+        u = item.update
+        conn.execute(
+            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
+            (
+                u.status,
+                None if u.output is None else dumps(u.output),
+                None if u.error is None else dumps(u.error),
+                time.time(),
+                lease.run_id,
+            ),
+        )
+        if u.status in TERMINAL:
+            conn.execute(
+                "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?",
+                (lease.run_id, lease.epoch),
+            )
     return None
 
 

@@ -217,3 +217,26 @@ async def test_a_finishing_append_releases_the_lease_in_the_same_transaction(sto
     await store.append(Append(lease, (ev(2, "run_failed"),), RunUpdate("failed", error={"x": 1})))
     taken = await store.acquire_lease(run.id, "w2", ttl=60)
     assert taken is not None and taken.epoch == 2
+
+
+async def test_start_run_leases_and_opens_a_fresh_run_in_one_transaction(store: Store) -> None:
+    run = await new_run(store)
+    opening = (ev(1, "run_started"), ev(2, "step_started", "s"))
+    lease = await store.start_run(run.id, "w1", 60, opening, RunUpdate("running"))
+    assert lease is not None and (lease.worker_id, lease.epoch) == ("w1", 1)
+    assert (await store.get_run(run.id)).status == "running"  # type: ignore[union-attr]
+    assert [e.kind for e in await store.events(run.id)] == ["run_started", "step_started"]
+    # Started once: neither another worker nor the same one can start it again.
+    for worker in ("w2", "w1"):
+        assert await store.start_run(run.id, worker, 60, opening, RunUpdate("running")) is None
+    assert len(await store.events(run.id)) == 2
+    await store.append(Append(lease, (ev(3, "step_completed", "s", output=1),)))
+
+
+async def test_start_run_writes_nothing_while_another_holds_the_lease(store: Store) -> None:
+    run = await new_run(store)
+    assert await store.acquire_lease(run.id, "w1", ttl=60) is not None
+    opening = (ev(1, "run_started"),)
+    assert await store.start_run(run.id, "w2", 60, opening, RunUpdate("running")) is None
+    assert await store.events(run.id) == []
+    assert (await store.get_run(run.id)).status == "queued"  # type: ignore[union-attr]
