@@ -209,3 +209,23 @@ async def test_worker_serves_queued_runs_and_stops_cleanly(store: Store) -> None
         await serving
     assert calls == {"left": 5, "right": 5, "join": 5}
     assert await store.claim_runs("w2", 60, 10, ("queued", "running")) == []
+
+
+async def test_a_long_step_keeps_its_lease_renewed(store: Store) -> None:
+    app = lantern.App()
+
+    @app.tool("long")
+    async def long() -> str:
+        await asyncio.sleep(1.0)  # over three lease TTLs
+        return "done"
+
+    await apply_agent(store, graph("long", [tool("l", "long")], [("start", "l")]))
+    run = await create_run(store, "long", {})
+    async with Worker(store, app, worker_id="w1", lease_ttl=0.3) as w:
+        assert w.runner is not None
+        driving = asyncio.create_task(w.runner.drive(run.id))
+        for _ in range(8):
+            await asyncio.sleep(0.1)
+            assert await store.acquire_lease(run.id, "thief", ttl=60) is None
+        done = await driving
+    assert done is not None and done.status == "succeeded"
