@@ -50,6 +50,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8787
     max_concurrent_runs: int = 64
+    max_body_bytes: int = 10 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,4 +64,5 @@ class Settings:
             host=e.get("LANTERN_HOST", "127.0.0.1"),
             port=port,
             max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 64),
+            max_body_bytes=_integer(e, "LANTERN_MAX_BODY_BYTES", 10 * 1024 * 1024),
         )

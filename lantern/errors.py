@@ -4,6 +4,9 @@
     ├── UsageError                 bad input from a caller: nothing was changed
     │   └── DefinitionError        an agent definition with one or more problems
     ├── NotFound                   an unknown run or agent
+    ├── Conflict                   the request contradicts what is stored (a reused key, ...)
+    ├── Unauthorized               no API key, or an unknown or revoked one
+    ├── Forbidden                  the key lacks the scope, or the object is another workspace's
     ├── StoreError                 the database refused or failed
     │   └── LeaseLost              a fenced write by a writer whose lease is gone
     └── StepError                  a step failed; carries its error class and retryability
@@ -41,6 +44,18 @@ class DefinitionError(UsageError):
 
 class NotFound(LanternError):
     """An unknown run or agent."""
+
+
+class Conflict(LanternError):
+    """The request contradicts what is stored: a reused idempotency key, a decided approval."""
+
+
+class Unauthorized(LanternError):
+    """No API key, or one that is unknown or revoked."""
+
+
+class Forbidden(LanternError):
+    """The key lacks a scope, or the object belongs to another workspace."""
 
 
 class StoreError(LanternError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lantern.store.records import Event, Run
+from lantern.store.records import AgentVersion, Event, Run
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -18,6 +18,18 @@ def run_json(run: Run) -> dict[str, Any]:
         "error": run.error,
         "createdAt": run.created_at.isoformat(),
         "updatedAt": run.updated_at.isoformat(),
+        # Model calls (and so tokens and cost) arrive with the model layer.
+        "usage": {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0},
+        "cancelRequested": run.cancel_requested,
+    }
+
+
+def agent_json(agent: AgentVersion) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "version": agent.version,
+        "definition": agent.definition,
+        "createdAt": agent.created_at.isoformat(),
     }
 
 

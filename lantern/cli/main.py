@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,6 @@ from lantern.cli.common import (
     settings,
     with_database,
 )
-from lantern.durations import parse_duration
 from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.errors import NotFound
@@ -192,59 +187,6 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
 
 
 @cli.command()
-@APP
-@DATABASE
-@click.option("--worker-id", help="Overrides LANTERN_WORKER_ID.")
-@click.option("--lease-ttl", help="A Go duration; overrides LANTERN_LEASE_TTL.")
-@click.option("--grace", default="30s", help="How long a clean stop waits for steps in flight.")
-@click.pass_context
-def serve(
-    ctx: click.Context,
-    app_spec: str | None,
-    database_url: str | None,
-    worker_id: str | None,
-    lease_ttl: str | None,
-    grace: str,
-) -> None:
-    """Run the executor: take back this worker's runs, then execute queued runs."""
-    with_database(ctx, database_url)
-    s = settings(ctx)
-    try:
-        if worker_id:
-            s = replace(s, worker_id=worker_id)
-        if lease_ttl:
-            s = replace(s, lease_ttl=parse_duration(lease_ttl))
-        grace_s = parse_duration(grace)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the rest
-
-    async def body() -> None:
-        app = load_app(app_spec)
-        async with (
-            opened(s) as store,
-            Worker(
-                store,
-                app,
-                worker_id=s.worker_id,
-                lease_ttl=s.lease_ttl,
-                max_concurrent=s.max_concurrent_runs,
-            ) as worker,
-        ):
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stopping.set)
-            logging.getLogger("lantern").info("worker %s serving %s", s.worker_id, s.database_url)
-            serving = asyncio.create_task(worker.serve())
-            await worker.stopping.wait()
-            await serving
-            await worker.stop(grace_s)
-
-    run(body)
-
-
-@cli.command()
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".lantern/demo")
 )
@@ -256,4 +198,8 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
+    from lantern.cli import keys, serve
+
+    cli.add_command(serve.serve)
+    cli.add_command(keys.keys)
     cli(prog_name="lantern")

@@ -2,13 +2,15 @@
 
 A renewal that finds its epoch gone marks the run lost, and the runner stops before its next
 step; the fenced write would refuse it anyway. A renewal that cannot reach the database is
-retried on the next tick while the lease still has time.
+retried on the next tick while the lease still has time. The keeper also watches its runs
+for cancellation requests, so a run is stopped by the replica that executes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 
 from lantern.store.base import Store
@@ -16,24 +18,33 @@ from lantern.store.records import Lease
 
 log = logging.getLogger("lantern.leases")
 
+CANCEL_POLL = 0.5  # seconds between looks for cancellation requests
+
 
 class LeaseKeeper:
     def __init__(self, store: Store, ttl: float) -> None:
         self.store = store
         self.ttl = ttl
         self._held: dict[str, Lease] = {}
+        self._on_cancel: dict[str, Callable[[], None]] = {}
         self._lost: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
-    def hold(self, lease: Lease) -> None:
+    def hold(self, lease: Lease, on_cancel: Callable[[], None] | None = None) -> None:
         self._held[lease.run_id] = lease
         self._lost.discard(lease.run_id)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._renew_forever(), name="lantern-lease-keeper")
+        if on_cancel is not None:
+            self._on_cancel[lease.run_id] = on_cancel
+        if not any(not t.done() for t in self._tasks):
+            self._tasks = [
+                asyncio.create_task(self._renew_forever(), name="lantern-lease-renewal"),
+                asyncio.create_task(self._watch_cancels(), name="lantern-cancel-watch"),
+            ]
 
     def drop(self, lease: Lease) -> None:
         if self._held.get(lease.run_id) == lease:
             del self._held[lease.run_id]
+            self._on_cancel.pop(lease.run_id, None)
 
     def lost(self, run_id: str) -> bool:
         return run_id in self._lost
@@ -56,8 +67,23 @@ class LeaseKeeper:
                     self._lost.add(lease.run_id)
                     self.drop(lease)
 
+    async def _watch_cancels(self) -> None:
+        while self._held:
+            await asyncio.sleep(CANCEL_POLL)
+            watched = list(self._on_cancel)
+            try:
+                flagged = await self.store.cancel_requested(watched)
+            except Exception as exc:
+                log.warning("could not look for cancellations: %s", exc)
+                continue
+            for run_id in flagged:
+                callback = self._on_cancel.pop(run_id, None)
+                if callback is not None:
+                    callback()
+
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with suppress(asyncio.CancelledError):
-                await self._task
+                await task

@@ -27,6 +27,7 @@ import httpx
 
 from lantern.app import App
 from lantern.engine import interpreter
+from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.engine.leases import LeaseKeeper
@@ -75,7 +76,7 @@ class Runner:
         graph = await self._graph(run)
         drive = _Drive(self, run, graph)
         known_empty = lease is not None and run.status == "queued"
-        if lease is None and run.status == "queued":
+        if lease is None and run.status == "queued" and not run.cancel_requested:
             # Lease and opening commit in one transaction: one commit fewer per run.
             lease = await drive.begin()
             if lease is None:
@@ -84,7 +85,7 @@ class Runner:
             lease = await self.store.acquire_lease(run_id, self.worker_id, self.keeper.ttl)
             if lease is None:
                 return None
-        self.keeper.hold(lease)
+        self.keeper.hold(lease, drive.cancelled.set)
         try:
             await drive.execute(lease, RunState() if known_empty else None)
         except LeaseLost as exc:
@@ -134,6 +135,9 @@ class _Drive:
         self.writer = EventWriter(0)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
+        self.cancelled = asyncio.Event()  # set when a cancellation request is seen
+        if run.cancel_requested:
+            self.cancelled.set()
 
     async def begin(self) -> Lease | None:
         """Lease a never-started run and journal its opening, in one transaction."""
@@ -155,6 +159,10 @@ class _Drive:
             if state is None:
                 state = fold(await self.r.store.events(self.run.id, blobs=True))
             if state.terminal is not None:
+                return
+            if self.cancelled.is_set():
+                self.writer = EventWriter(state.last_seq)
+                await self._cancel([])
                 return
             events, update, spawn = self._plan(state)
             await self._commit(events, update)
@@ -225,8 +233,25 @@ class _Drive:
         return events, RunUpdate("succeeded", output=output)
 
     async def _loop(self) -> None:
+        cancel = asyncio.ensure_future(self.cancelled.wait())
+        try:
+            await self._steps(cancel)
+        finally:
+            cancel.cancel()
+
+    async def _cancel(self, events: list[NewEvent]) -> None:
+        """Stop the steps in flight and journal the cancellation (with what did complete)."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+        events.append(self.writer.event("run_cancelled", {"by": "request"}))
+        await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
+
+    async def _steps(self, cancel: asyncio.Future[Any]) -> None:
         while self.tasks:
-            done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*self.tasks, cancel], return_when=asyncio.FIRST_COMPLETED)
+            done = [task for task in self.tasks if task.done()]
             events: list[NewEvent] = []
             failure: tuple[str, StepError] | None = None
             for task in done:
@@ -265,6 +290,9 @@ class _Drive:
                 return
             if self.r.keeper.lost(self.run.id):
                 raise LeaseLost(self.run.id, self.lease.epoch)
+            if cancel.done():
+                await self._cancel(events)
+                return
             fresh = [] if self.r.stopping.is_set() else self._ready()
             events += self._start(fresh)
             update = None

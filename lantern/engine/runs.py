@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from lantern.engine.graph import parse_agent
-from lantern.errors import NotFound
+from lantern.errors import Conflict, NotFound
 from lantern.ids import new_run_id
 from lantern.store.base import Store
 from lantern.store.records import AgentVersion, Run
@@ -23,9 +25,23 @@ async def apply_agent(
 
 
 async def create_run(
-    store: Store, agent_name: str, input: Any, workspace: str = DEFAULT_WORKSPACE
+    store: Store,
+    agent_name: str,
+    input: Any,
+    workspace: str = DEFAULT_WORKSPACE,
+    *,
+    idempotency_key: str | None = None,
 ) -> Run:
-    """A queued run pinned to the agent's newest version."""
+    """A queued run pinned to the agent's newest version.
+
+    With an idempotency key, a repeated request gets the run the first one created, and a
+    different request under the same key is a Conflict.
+    """
+    digest = _request_digest(agent_name, input)
+    if idempotency_key is not None:
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is not None:
+            return _same_request(found, digest, idempotency_key)
     agent = await store.get_agent(workspace, agent_name)
     if agent is None:
         raise NotFound(f"agent {agent_name!r} not found (apply it first)")
@@ -42,5 +58,24 @@ async def create_run(
         created_at=now,
         updated_at=now,
     )
-    await store.create_run(run)
+    try:
+        await store.create_run(run, idempotency_key=idempotency_key, request_digest=digest)
+    except Conflict:
+        assert idempotency_key is not None
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is None:
+            raise
+        return _same_request(found, digest, idempotency_key)  # a concurrent twin won
+    return run
+
+
+def _request_digest(agent_name: str, input: Any) -> str:
+    canonical = json.dumps([agent_name, input], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _same_request(found: tuple[Run, str], digest: str, key: str) -> Run:
+    run, stored = found
+    if stored != digest:
+        raise Conflict(f"idempotency key {key!r} was used for a different request")
     return run

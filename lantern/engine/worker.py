@@ -88,6 +88,10 @@ class Worker:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
 
+    def wake(self) -> None:
+        """Look for queued runs now rather than at the next poll."""
+        self._wake.set()
+
     def _start(self, run_id: str, lease: Lease | None) -> None:
         assert self.runner is not None, "use the worker as an async context manager"
         task = asyncio.create_task(self._drive(run_id, lease), name=f"drive {run_id}")

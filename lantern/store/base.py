@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from lantern.store.records import (
     AgentVersion,
+    ApiKey,
     Append,
     Event,
     Lease,
@@ -40,11 +41,25 @@ class Store(Protocol):
         self, workspace: str, name: str, version: int | None = None
     ) -> AgentVersion | None: ...
 
-    async def list_agents(self, workspace: str) -> list[AgentVersion]:
-        """The newest version of each agent, by name."""
+    async def list_agents(
+        self, workspace: str, *, limit: int = 1000, after: str | None = None
+    ) -> list[AgentVersion]:
+        """The newest version of each agent, by name; ``after`` is the last name seen."""
 
     # runs
-    async def create_run(self, run: Run) -> None: ...
+    async def create_run(
+        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+    ) -> None:
+        """Store a new run; raise Conflict when the workspace already used the key."""
+
+    async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
+        """The run created with this key, and the digest of the request that created it."""
+
+    async def request_cancel(self, run_id: str) -> bool:
+        """Flag an unfinished run for cancellation; False when it had already finished."""
+
+    async def cancel_requested(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have a cancellation request."""
 
     async def get_run(self, run_id: str) -> Run | None: ...
 
@@ -59,9 +74,22 @@ class Store(Protocol):
     ) -> list[Run]:
         """Newest first (run ids sort by creation); ``before`` is the last id already seen."""
 
+    # API keys
+    async def create_api_key(self, key: ApiKey) -> None: ...
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None: ...
+
+    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]: ...
+
+    async def revoke_api_key(self, key_id: str) -> bool:
+        """False when there is no such live key."""
+
     # leases
-    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
-        """Win a free or expired lease, or take back one this worker id holds, with a new epoch."""
+    async def acquire_lease(
+        self, run_id: str, worker_id: str, ttl: float, *, reclaim: bool = True
+    ) -> Lease | None:
+        """Win a free or expired lease, or (``reclaim``) take back one this worker id holds,
+        with a new epoch."""
 
     async def claim_runs(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]

@@ -18,13 +18,14 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from lantern.errors import LeaseLost, StoreError
+from lantern.errors import Conflict, LeaseLost, StoreError
 from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
 from lantern.store.records import (
     TERMINAL,
     AgentVersion,
+    ApiKey,
     Append,
     Event,
     Lease,
@@ -37,8 +38,10 @@ from lantern.store.records import (
 log = logging.getLogger("lantern.store.postgres")
 
 _RUN_COLUMNS = (
-    "id, workspace, agent_name, agent_version, status, input, output, error, created_at, updated_at"
+    "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
+    " updated_at, cancel_requested"
 )
+_KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 _MIGRATION_LOCK = 0x4C414E54  # "LANT": one replica migrates at a time
 
@@ -111,7 +114,11 @@ SELECT epoch FROM lease
 
 
 def _run(row: TupleRow) -> Run:
-    return Run(*row)
+    return Run(*row[:11])
+
+
+def _api_key(row: TupleRow) -> ApiKey:
+    return ApiKey(row[0], row[1], row[2], frozenset(row[3].split()), row[4], row[5])
 
 
 def _event(row: TupleRow, blob: bytes | None = None) -> Event:
@@ -241,33 +248,108 @@ class PostgresStore:
         row = await self._fetchone(sql + " ORDER BY version DESC LIMIT 1", args)
         return None if row is None else AgentVersion(*row)
 
-    async def list_agents(self, workspace: str) -> list[AgentVersion]:
+    async def list_agents(
+        self, workspace: str, *, limit: int = 1000, after: str | None = None
+    ) -> list[AgentVersion]:
         rows = await self._fetchall(
             "SELECT DISTINCT ON (name) workspace, name, version, definition, created_at"
-            " FROM agents WHERE workspace = %s ORDER BY name, version DESC",
-            (workspace,),
+            " FROM agents WHERE workspace = %s AND name > %s ORDER BY name, version DESC"
+            " LIMIT %s",
+            (workspace, after or "", limit),
         )
         return [AgentVersion(*r) for r in rows]
 
     # -- runs -------------------------------------------------------------------------
 
-    async def create_run(self, run: Run) -> None:
+    async def create_run(
+        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+    ) -> None:
+        args = (
+            run.id,
+            run.workspace,
+            run.agent_name,
+            run.agent_version,
+            run.status,
+            Jsonb(run.input),
+            _json_or_none(run.output),
+            _json_or_none(run.error),
+            run.created_at,
+            run.updated_at,
+            run.cancel_requested,
+            idempotency_key,
+            request_digest,
+        )
+        sql = (
+            f"INSERT INTO runs ({_RUN_COLUMNS}, idempotency_key, request_digest)"
+            f" VALUES ({', '.join(['%s'] * len(args))})"
+        )
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(sql.encode(), args)
+        except psycopg.errors.UniqueViolation as exc:
+            if idempotency_key is not None and "idempotency" in str(exc):
+                raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
+            raise StoreError(f"run {run.id}: {exc}") from exc
+
+    async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
+        row = await self._fetchone(
+            f"SELECT {_RUN_COLUMNS}, request_digest FROM runs"
+            " WHERE workspace = %s AND idempotency_key = %s",
+            (workspace, idempotency_key),
+        )
+        return None if row is None else (_run(row), row[11] or "")
+
+    async def request_cancel(self, run_id: str) -> bool:
+        row = await self._fetchone(
+            "UPDATE runs SET cancel_requested = true, updated_at = now()"
+            " WHERE id = %s AND status NOT IN ('succeeded', 'failed', 'cancelled') RETURNING 1",
+            (run_id,),
+        )
+        return row is not None
+
+    async def cancel_requested(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        rows = await self._fetchall(
+            "SELECT id FROM runs WHERE id = ANY(%s) AND cancel_requested", (list(run_ids),)
+        )
+        return {r[0] for r in rows}
+
+    # -- API keys ---------------------------------------------------------------------
+
+    async def create_api_key(self, key: ApiKey) -> None:
         async with self._pool.connection() as conn:
             await conn.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['%s'] * 10)})".encode(),
+                "INSERT INTO api_keys (id, workspace, secret_hash, scopes, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)",
                 (
-                    run.id,
-                    run.workspace,
-                    run.agent_name,
-                    run.agent_version,
-                    run.status,
-                    Jsonb(run.input),
-                    _json_or_none(run.output),
-                    _json_or_none(run.error),
-                    run.created_at,
-                    run.updated_at,
+                    key.id,
+                    key.workspace,
+                    key.secret_hash,
+                    " ".join(sorted(key.scopes)),
+                    key.created_at,
                 ),
             )
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        row = await self._fetchone(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = %s", (key_id,))
+        return None if row is None else _api_key(row)
+
+    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]:
+        rows = await self._fetchall(
+            f"SELECT {_KEY_COLUMNS} FROM api_keys"
+            " WHERE %s::text IS NULL OR workspace = %s ORDER BY created_at",
+            (workspace, workspace),
+        )
+        return [_api_key(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str) -> bool:
+        row = await self._fetchone(
+            "UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL"
+            " RETURNING 1",
+            (key_id,),
+        )
+        return row is not None
 
     async def get_run(self, run_id: str) -> Run | None:
         row = await self._fetchone(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
@@ -307,10 +389,12 @@ class PostgresStore:
         " RETURNING run_id, epoch"
     )
 
-    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+    async def acquire_lease(
+        self, run_id: str, worker_id: str, ttl: float, *, reclaim: bool = True
+    ) -> Lease | None:
         sql = self._UPSERT_LEASE.format(source="runs WHERE id = %(run)s")
         row = await self._fetchone(
-            sql, {"run": run_id, "worker": worker_id, "ttl": ttl, "reclaim": True}
+            sql, {"run": run_id, "worker": worker_id, "ttl": ttl, "reclaim": reclaim}
         )
         return None if row is None else Lease(run_id, worker_id, row[1])
 

@@ -32,10 +32,23 @@ class Run:
     error: Any
     created_at: datetime
     updated_at: datetime
+    cancel_requested: bool = False
 
     @property
     def finished(self) -> bool:
         return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key as stored: the secret itself is never kept, only its SHA-256."""
+
+    id: str
+    workspace: str
+    secret_hash: str
+    scopes: frozenset[str]
+    created_at: datetime
+    revoked_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lantern.errors import LeaseLost, StoreError
+from lantern.errors import Conflict, LeaseLost, StoreError
 from lantern.store.codec import dumps, loads_or_none
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
 from lantern.store.records import (
     TERMINAL,
     AgentVersion,
+    ApiKey,
     Append,
     Event,
     Lease,
@@ -36,7 +37,8 @@ from lantern.store.records import (
 T = TypeVar("T")
 
 _RUN_COLUMNS = (
-    "id, workspace, agent_name, agent_version, status, input, output, error, created_at, updated_at"
+    "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
+    " updated_at, cancel_requested"
 )
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
@@ -57,6 +59,18 @@ def _run(row: sqlite3.Row) -> Run:
         error=loads_or_none(row[7]),
         created_at=_time(row[8]),
         updated_at=_time(row[9]),
+        cancel_requested=bool(row[10]),
+    )
+
+
+def _api_key(row: sqlite3.Row) -> ApiKey:
+    return ApiKey(
+        id=row[0],
+        workspace=row[1],
+        secret_hash=row[2],
+        scopes=frozenset(row[3].split()),
+        created_at=_time(row[4]),
+        revoked_at=None if row[5] is None else _time(row[5]),
     )
 
 
@@ -200,20 +214,25 @@ class SQLiteStore:
             return None
         return AgentVersion(row[0], row[1], row[2], loads_or_none(row[3]), _time(row[4]))
 
-    async def list_agents(self, workspace: str) -> list[AgentVersion]:
+    async def list_agents(
+        self, workspace: str, *, limit: int = 1000, after: str | None = None
+    ) -> list[AgentVersion]:
         sql = (
             "SELECT a.workspace, a.name, a.version, a.definition, a.created_at FROM agents a"
-            " WHERE a.workspace = ? AND a.version ="
+            " WHERE a.workspace = ? AND a.name > ? AND a.version ="
             " (SELECT MAX(version) FROM agents b"
             " WHERE b.workspace = a.workspace AND b.name = a.name)"
-            " ORDER BY a.name"
+            " ORDER BY a.name LIMIT ?"
         )
-        rows = await self._read(lambda c: c.execute(sql, (workspace,)).fetchall())
+        args = (workspace, after or "", limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall())
         return [AgentVersion(r[0], r[1], r[2], loads_or_none(r[3]), _time(r[4])) for r in rows]
 
     # -- runs -------------------------------------------------------------------------
 
-    async def create_run(self, run: Run) -> None:
+    async def create_run(
+        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+    ) -> None:
         args = (
             run.id,
             run.workspace,
@@ -225,12 +244,73 @@ class SQLiteStore:
             None if run.error is None else dumps(run.error),
             run.created_at.timestamp(),
             run.updated_at.timestamp(),
+            run.cancel_requested,
+            idempotency_key,
+            request_digest,
         )
-        await self._write(
-            lambda c: c.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", args
-            )
+        sql = (
+            f"INSERT INTO runs ({_RUN_COLUMNS}, idempotency_key, request_digest)"
+            f" VALUES ({', '.join('?' * len(args))})"
         )
+        try:
+            await self._write(lambda c: c.execute(sql, args))
+        except sqlite3.IntegrityError as exc:
+            if idempotency_key is not None and "idempotency_key" in str(exc):
+                raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
+            raise StoreError(f"run {run.id}: {exc}") from exc
+
+    async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
+        sql = (
+            f"SELECT {_RUN_COLUMNS}, request_digest FROM runs"
+            " WHERE workspace = ? AND idempotency_key = ?"
+        )
+        row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
+        return None if row is None else (_run(row), row[11] or "")
+
+    async def request_cancel(self, run_id: str) -> bool:
+        sql = (
+            "UPDATE runs SET cancel_requested = 1, updated_at = ?"
+            " WHERE id = ? AND status NOT IN ('succeeded', 'failed', 'cancelled')"
+        )
+        args = (time.time(), run_id)
+        return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def cancel_requested(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        sql = (
+            f"SELECT id FROM runs WHERE cancel_requested = 1"
+            f" AND id IN ({', '.join('?' * len(run_ids))})"
+        )
+        rows = await self._read(lambda c: c.execute(sql, tuple(run_ids)).fetchall())
+        return {r[0] for r in rows}
+
+    # -- API keys ---------------------------------------------------------------------
+
+    async def create_api_key(self, key: ApiKey) -> None:
+        args = (
+            key.id,
+            key.workspace,
+            key.secret_hash,
+            " ".join(sorted(key.scopes)),
+            key.created_at.timestamp(),
+        )
+        await self._write(lambda c: c.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,NULL)", args))
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        sql = "SELECT * FROM api_keys WHERE id = ?"
+        row = await self._read(lambda c: c.execute(sql, (key_id,)).fetchone())
+        return None if row is None else _api_key(row)
+
+    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]:
+        sql = "SELECT * FROM api_keys WHERE ? IS NULL OR workspace = ? ORDER BY created_at"
+        rows = await self._read(lambda c: c.execute(sql, (workspace, workspace)).fetchall())
+        return [_api_key(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str) -> bool:
+        sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        args = (time.time(), key_id)
+        return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
 
     async def get_run(self, run_id: str) -> Run | None:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
@@ -281,8 +361,10 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else Lease(run_id, worker_id, int(row[0]))
 
-    async def acquire_lease(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
-        return await self._write(lambda c: self._upsert_lease(c, run_id, worker_id, ttl, True))
+    async def acquire_lease(
+        self, run_id: str, worker_id: str, ttl: float, *, reclaim: bool = True
+    ) -> Lease | None:
+        return await self._write(lambda c: self._upsert_lease(c, run_id, worker_id, ttl, reclaim))
 
     async def claim_runs(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]

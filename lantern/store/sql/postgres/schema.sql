@@ -21,10 +21,15 @@ CREATE TABLE runs (
     error          jsonb,
     created_at     timestamptz NOT NULL DEFAULT now(),
     updated_at     timestamptz NOT NULL DEFAULT now(),
+    idempotency_key  text,
+    request_digest   text,
+    cancel_requested boolean NOT NULL DEFAULT false,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
 -- Only unfinished runs are indexed, so finding work costs the same however many runs finished.
+CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_unfinished ON runs (created_at) WHERE status IN ('queued', 'running');
 
 CREATE TABLE run_locks (
@@ -71,4 +76,13 @@ CREATE TABLE side_effect_receipts (
     claimed_at       timestamptz NOT NULL DEFAULT now(),
     completed_at     timestamptz,
     PRIMARY KEY (run_id, step_id, delivery)
+);
+
+CREATE TABLE api_keys (
+    id           text PRIMARY KEY,
+    workspace    text NOT NULL,
+    secret_hash  text NOT NULL,
+    scopes       text NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    revoked_at   timestamptz
 );

@@ -22,9 +22,14 @@ CREATE TABLE runs (
     error          TEXT,
     created_at     REAL    NOT NULL,
     updated_at     REAL    NOT NULL,
+    idempotency_key  TEXT,
+    request_digest   TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
+CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_unfinished ON runs (created_at) WHERE status IN ('queued', 'running');
 
 CREATE TABLE run_locks (
@@ -69,4 +74,13 @@ CREATE TABLE side_effect_receipts (
     claimed_at       REAL    NOT NULL,
     completed_at     REAL,
     PRIMARY KEY (run_id, step_id, delivery)
+);
+
+CREATE TABLE api_keys (
+    id           TEXT PRIMARY KEY,
+    workspace    TEXT NOT NULL,
+    secret_hash  TEXT NOT NULL,
+    scopes       TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    revoked_at   REAL
 );

@@ -1,0 +1,77 @@
+"""`lantern serve`: the REST API and the executor in one process, under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import replace
+
+import click
+import uvicorn
+
+from lantern.app import load_app
+from lantern.cli.common import fail, settings, with_database
+from lantern.durations import parse_duration
+from lantern.errors import LanternError
+from lantern.server.app import create_app
+
+
+@click.command()
+@click.option("--app", "app_spec", metavar="MODULE:OBJECT", help="Load the user's tools.")
+@click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+@click.option("--host", help="Overrides LANTERN_HOST.")
+@click.option("--port", type=click.IntRange(0, 65535), help="Overrides LANTERN_PORT.")
+@click.option("--worker-id", help="Overrides LANTERN_WORKER_ID.")
+@click.option("--lease-ttl", help="A Go duration; overrides LANTERN_LEASE_TTL.")
+@click.option("--grace", default="30s", help="How long a clean stop waits for steps in flight.")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    app_spec: str | None,
+    database_url: str | None,
+    host: str | None,
+    port: int | None,
+    worker_id: str | None,
+    lease_ttl: str | None,
+    grace: str,
+) -> None:
+    """Serve the API and execute runs: take back this worker's runs, then queued ones."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+    try:
+        if host:
+            s = replace(s, host=host)
+        if port is not None:
+            s = replace(s, port=port)
+            if not os.environ.get("LANTERN_WORKER_ID"):
+                s = replace(s, worker_id=f"{socket.gethostname()}:{port}")
+        if worker_id:
+            s = replace(s, worker_id=worker_id)
+        if lease_ttl:
+            s = replace(s, lease_ttl=parse_duration(lease_ttl))
+        grace_s = parse_duration(grace)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        tools = load_app(app_spec)
+    except LanternError as exc:
+        fail(str(exc), 2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the rest
+    logging.getLogger("lantern").info(
+        "worker %s serving %s on http://%s:%s", s.worker_id, s.database_url, s.host, s.port
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(s, tools, grace=grace_s),
+            host=s.host,
+            port=s.port,
+            access_log=False,
+            log_level="info",
+            timeout_graceful_shutdown=int(grace_s) or 1,
+        )
+    )
+    server.run()
+    if not server.started:
+        fail("the server did not start (see the log above)", 1)

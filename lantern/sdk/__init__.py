@@ -1,0 +1,44 @@
+"""The Python SDK: ``AsyncClient`` (the implementation), ``Client`` (its blocking wrapper),
+typed results and the errors they raise."""
+
+from lantern.sdk.client import AsyncClient
+from lantern.sdk.errors import (
+    ApiError,
+    AuthenticationError,
+    BadRequest,
+    Conflict,
+    ConnectionFailed,
+    InvalidResponse,
+    NotFoundError,
+    PayloadTooLarge,
+    PermissionDenied,
+    RateLimited,
+    ServerError,
+    Unprocessable,
+    WaitTimeout,
+)
+from lantern.sdk.models import Agent, Event, Page, Run, Usage
+from lantern.sdk.sync import Client
+
+__all__ = [
+    "Agent",
+    "ApiError",
+    "AsyncClient",
+    "AuthenticationError",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "ConnectionFailed",
+    "Event",
+    "InvalidResponse",
+    "NotFoundError",
+    "Page",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "RateLimited",
+    "Run",
+    "ServerError",
+    "Unprocessable",
+    "Usage",
+    "WaitTimeout",
+]

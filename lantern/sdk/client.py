@@ -1,0 +1,345 @@
+"""``AsyncClient``: the one implementation of the Python client of Lantern's REST API.
+
+    async with lantern.AsyncClient("http://127.0.0.1:8787", api_key) as client:
+        await client.apply_agent(definition)
+        run = await client.create_run("onboard", {"name": "Ada"})
+        async for event in client.follow(run.id):
+            print(event.seq, event.kind)
+        run = await client.wait(run.id, timeout=60)
+
+``lantern.Client`` (``lantern/sdk/sync.py``) is a thin blocking wrapper over this class. Errors are
+the tree drawn in ``lantern/sdk/errors.py``; when a request is retried is ``lantern/sdk/retry.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from lantern.errors import LanternError, UsageError
+from lantern.sdk.errors import ConnectionFailed, InvalidResponse, WaitTimeout, error_from_body
+from lantern.sdk.models import Agent, Event, EventPage, Page, Run, RunStatus
+from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
+
+T = TypeVar("T")
+Decision = Literal["approve", "reject"]
+
+MAX_WAIT = 60.0  # the server's longest long-poll, in seconds
+log = logging.getLogger("lantern.sdk")
+
+
+class AsyncClient:
+    """A connection to one Lantern server, with one API key (hence one workspace).
+
+    ``base_url`` and ``api_key`` default to ``LANTERN_URL`` and ``LANTERN_API_KEY``. ``timeout``
+    bounds each HTTP request (a long-poll gets its wait on top); ``max_retries`` is how many
+    extra attempts a retried call may make.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+    ) -> None:
+        url = base_url or os.environ.get("LANTERN_URL")
+        key = api_key or os.environ.get("LANTERN_API_KEY")
+        if not url:
+            raise UsageError("no Lantern server URL: pass base_url or set LANTERN_URL")
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"the Lantern server URL must start with http:// or https://: {url}")
+        if not key:
+            raise UsageError("no Lantern API key: pass api_key or set LANTERN_API_KEY")
+        if max_retries < 0 or timeout <= 0:
+            raise UsageError("max_retries must be >= 0 and timeout > 0")
+        self.base_url = url.rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = Backoff()
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+            timeout=timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # Runs
+
+    async def create_run(
+        self, agent_name: str, input: Any = None, *, idempotency_key: str | None = None
+    ) -> Run:
+        """Start a run of the agent's newest version. The request always carries an
+        idempotency key (a random one unless given), so it is safely retried: the same key
+        with the same body gives back the same run; with another body, ``Conflict``."""
+        key = idempotency_key or uuid.uuid4().hex
+        body = {"agentName": agent_name, "input": input}
+        data = await self._send(
+            "POST", "/v1/runs", safe=True, json=body, headers={"Idempotency-Key": key}
+        )
+        return _parse(Run.from_json, data)
+
+    async def get_run(self, run_id: str, *, wait: float | None = None) -> Run:
+        """The run. With ``wait`` (0 to 60 seconds), the server answers as soon as the run is
+        finished, or when the wait is over with the run as it is then."""
+        params = None if wait is None else {"wait": _seconds(wait)}
+        extra = 0.0 if wait is None else max(wait, 0.0)
+        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}", params=params, extra=extra)
+        return _parse(Run.from_json, data)
+
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """One page of runs, newest first."""
+        params = {"status": status, "agentName": agent_name, "limit": limit, "cursor": cursor}
+        data = await self._send("GET", "/v1/runs", params=params)
+        return _parse(lambda d: Page.from_json(d, Run.from_json), data)
+
+    async def iter_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AsyncIterator[Run]:
+        """Every run, newest first, page after page (``limit`` is the page size)."""
+        while True:
+            page = await self.list_runs(
+                status=status, agent_name=agent_name, limit=limit, cursor=cursor
+            )
+            for run in page.items:
+                yield run
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        """One page of the run's journal: the events with ``seq > after``, in order."""
+        return list((await self._events(run_id, after, limit)).items)
+
+    async def follow(
+        self, run_id: str, *, after: int = 0, poll: float = 0.5
+    ) -> AsyncIterator[Event]:
+        """Every event of the run as it is journaled, until the run is finished (the last one
+        is then ``run_succeeded``, ``run_failed`` or ``run_cancelled``). Between reads of the
+        journal it long-polls the run for up to ``poll`` seconds, which ends early when the run
+        finishes, so the end comes at once and an idle run costs a request per ``poll``."""
+        finished = False
+        while True:
+            page = await self._events(run_id, after, None)
+            for event in page.items:
+                yield event
+                after = event.seq
+            if page.next_after is not None:
+                continue
+            if finished:
+                return  # a finished run's status and last event commit together: all are read
+            finished = (await self.get_run(run_id, wait=poll)).finished
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:  # noqa: ASYNC109
+        """The run once finished. With ``timeout`` (seconds), ``WaitTimeout`` when it passes
+        first. A run parked on an approval is not finished: it waits for the decision."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = MAX_WAIT if deadline is None else deadline - loop.time()
+            run = await self.get_run(run_id, wait=min(max(left, 0.0), MAX_WAIT))
+            if run.finished:
+                return run
+            if deadline is not None and loop.time() >= deadline:
+                raise WaitTimeout(run, timeout or 0.0)
+
+    async def approve(
+        self,
+        run_id: str,
+        node_id: str,
+        *,
+        decision: Decision = "approve",
+        comment: str | None = None,
+    ) -> Run:
+        """Resolve the approval node the run is waiting on (``Conflict`` when it is not)."""
+        body: dict[str, Any] = {"decision": decision}
+        if comment is not None:
+            body["comment"] = comment
+        path = f"/v1/runs/{_seg(run_id)}/approvals/{_seg(node_id)}"
+        return _parse(Run.from_json, await self._send("POST", path, safe=False, json=body))
+
+    async def cancel(self, run_id: str) -> Run:
+        """Cancel a queued, running or waiting run. A running run may come back still running
+        with ``cancel_requested`` set while its replica stops it; ``wait()`` for the end."""
+        path = f"/v1/runs/{_seg(run_id)}/cancel"
+        return _parse(Run.from_json, await self._send("POST", path, safe=False))
+
+    # Agents
+
+    async def apply_agent(self, definition: Mapping[str, Any]) -> Agent:
+        """Store the definition (CONTRACT §5) as the agent's next version. An invalid one
+        raises ``Unprocessable`` with every problem in ``errors``."""
+        name = definition.get("name")
+        if not isinstance(name, str) or not name:
+            raise UsageError("an agent definition needs a non-empty string 'name'")
+        path = f"/v1/agents/{_seg(name)}"
+        data = await self._send("PUT", path, safe=False, json=dict(definition))
+        return _parse(Agent.from_json, data)
+
+    async def get_agent(self, name: str, *, version: int | None = None) -> Agent:
+        """The agent's newest version, or the given one."""
+        params = {"version": version}
+        data = await self._send("GET", f"/v1/agents/{_seg(name)}", params=params)
+        return _parse(Agent.from_json, data)
+
+    async def list_agents(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Agent]:
+        """One page of agents."""
+        data = await self._send("GET", "/v1/agents", params={"limit": limit, "cursor": cursor})
+        return _parse(lambda d: Page.from_json(d, Agent.from_json), data)
+
+    async def iter_agents(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncIterator[Agent]:
+        """Every agent, page after page (``limit`` is the page size)."""
+        while True:
+            page = await self.list_agents(limit=limit, cursor=cursor)
+            for agent in page.items:
+                yield agent
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def health(self) -> bool:
+        """Whether the server answers its health check now (one attempt, no retries)."""
+        try:
+            data = await self._send("GET", "/healthz", retries=0)
+        except LanternError as exc:  # unreachable, or it answered but not healthy
+            log.debug("health check failed: %s", exc)
+            return False
+        return isinstance(data, dict) and data.get("status") == "ok"
+
+    # The one place requests are sent, retried and their errors raised.
+
+    async def _events(self, run_id: str, after: int, limit: int | None) -> EventPage:
+        params = {"after": after, "limit": limit}
+        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/events", params=params)
+        return _parse(EventPage.from_json, data)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        safe: bool = True,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        extra: float = 0.0,
+        retries: int | None = None,
+    ) -> Any:
+        """Send, retrying as ``retry.py`` says; the answer's JSON, or the error it maps to.
+
+        ``safe`` calls may be repeated without doing anything twice. ``extra`` seconds are
+        added to the timeout (a long-poll's wait)."""
+        retries = self.max_retries if retries is None else retries
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    params=query,
+                    json=json,
+                    headers=headers,
+                    timeout=self.timeout + extra,
+                )
+            except httpx.TransportError as exc:
+                if attempt >= retries or not retry_transport_error(exc, safe=safe):
+                    where = f"{method} {self.base_url}{path}"
+                    tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                    raise ConnectionFailed(f"{where}: {_describe(exc)}{tries}") from exc
+                delay = self.backoff.delay(attempt)
+                reason = _describe(exc)
+            else:
+                status = response.status_code
+                if response.is_success:
+                    try:
+                        return response.json()
+                    except ValueError as exc:
+                        raise InvalidResponse(f"{method} {path}: {status} is not JSON") from exc
+                if attempt >= retries or not retry_status(status, safe=safe):
+                    raise error_from_body(status, response.text)
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                delay = self.backoff.delay(attempt, retry_after)
+                reason = f"status {status}"
+            attempt += 1
+            log.info(
+                "retrying %s %s in %.2fs after %s (retry %d of %d)",
+                method,
+                path,
+                delay,
+                reason,
+                attempt,
+                retries,
+            )
+            await asyncio.sleep(delay)
+
+
+def _parse(parse: Callable[[Any], T], data: Any) -> T:
+    """A typed result from the answer's JSON; ``InvalidResponse`` if it is not the API's shape."""
+    try:
+        return parse(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidResponse(f"unexpected answer from the server: {exc!r}") from exc
+
+
+def _seg(value: str) -> str:
+    """One path segment, percent-encoded."""
+    return quote(str(value), safe="")
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _seconds(value)
+    return str(value)
+
+
+def _seconds(value: float) -> str:
+    """A number of seconds as the query wants it: ``30``, ``0.5``."""
+    return f"{max(value, 0.0):g}"
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,59 @@
+"""The ASGI app: routes, problem+json errors, the body limit, and the executor's lifespan.
+
+The app owns its store and worker: on start it opens the store and starts the worker (which
+takes back its own runs, then claims queued ones); on shutdown it stops taking runs, lets
+steps in flight finish within the grace period, releases leases and closes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from lantern import __version__
+from lantern.app import App
+from lantern.config import Settings
+from lantern.engine.worker import Worker
+from lantern.server import problems
+from lantern.server.deps import Services
+from lantern.server.limits import BodyLimit
+from lantern.server.routes import agents, health, runs
+from lantern.store.base import open_store
+
+
+def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
+    @asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings.database_url)
+        await store.open()
+        worker = Worker(
+            store,
+            tools,
+            worker_id=settings.worker_id,
+            lease_ttl=settings.lease_ttl,
+            max_concurrent=settings.max_concurrent_runs,
+        )
+        async with worker:
+            api.state.services = Services(store, worker, settings)
+            serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
+            try:
+                yield
+            finally:
+                await worker.stop(grace)
+                await serving
+        await store.close()
+
+    api = FastAPI(
+        title="Lantern",
+        version=__version__,
+        description="Durable execution for AI agents (CONTRACT §4).",
+        lifespan=lifespan,
+    )
+    problems.install(api)
+    for module in (runs, agents, health):
+        api.include_router(module.router)
+    return BodyLimit(api, settings.max_body_bytes)

@@ -1,0 +1,59 @@
+"""API keys: random, shown once, stored as a SHA-256 of the secret, scoped, revocable.
+
+A key reads ``lk_<id>_<secret>``. The id finds the stored row; the secret's hash is compared
+in constant time. The secret has 256 bits of entropy, so a plain SHA-256 suffices (a slow
+password hash protects guessable secrets, which these are not).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import UTC, datetime
+
+from lantern.errors import Forbidden, Unauthorized, UsageError
+from lantern.store.base import Store
+from lantern.store.records import ApiKey
+
+SCOPES = frozenset(
+    {"runs:execute", "runs:read", "runs:approve", "agents:write", "agents:read", "admin"}
+)
+PREFIX = "lk_"
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+async def issue_key(store: Store, workspace: str, scopes: set[str]) -> tuple[ApiKey, str]:
+    """Store a new key and return it with its plaintext, which is never seen again."""
+    unknown = scopes - SCOPES
+    if unknown or not scopes:
+        problem = f"unknown scopes {', '.join(sorted(unknown))}" if unknown else "no scopes"
+        raise UsageError(f"{problem}; the scopes are {', '.join(sorted(SCOPES))}")
+    if not workspace or len(workspace) > 100:
+        raise UsageError("a workspace name is 1-100 characters")
+    key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    key = ApiKey(key_id, workspace, _hash(secret), frozenset(scopes), datetime.now(UTC))
+    await store.create_api_key(key)
+    return key, f"{PREFIX}{key_id}_{secret}"
+
+
+async def authenticate(store: Store, authorization: str | None) -> ApiKey:
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.startswith(PREFIX):
+        raise Unauthorized("send an API key as 'Authorization: Bearer lk_...'")
+    key_id, _, secret = token.removeprefix(PREFIX).partition("_")
+    key = await store.get_api_key(key_id) if key_id and secret else None
+    # Compare even when the id is unknown, so timing does not tell ids apart.
+    expected = key.secret_hash if key is not None else _hash("")
+    matches = hmac.compare_digest(expected, _hash(secret))
+    if key is None or not matches or key.revoked_at is not None:
+        raise Unauthorized("unknown or revoked API key")
+    return key
+
+
+def require(key: ApiKey, scope: str) -> None:
+    if scope not in key.scopes and "admin" not in key.scopes:
+        raise Forbidden(f"this key lacks the {scope!r} scope")

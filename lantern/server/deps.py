@@ -1,0 +1,48 @@
+"""What routes receive: the process's store and worker, and the caller's checked API key."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from lantern.config import Settings
+from lantern.engine.worker import Worker
+from lantern.errors import Forbidden, NotFound
+from lantern.server import auth
+from lantern.store.base import Store
+from lantern.store.records import ApiKey, Run
+
+
+@dataclass
+class Services:
+    store: Store
+    worker: Worker
+    settings: Settings
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+def scope(name: str) -> Callable[[Request], Awaitable[ApiKey]]:
+    """A dependency: the request's API key, which must carry ``name`` (or admin)."""
+
+    async def check(request: Request) -> ApiKey:
+        key = await auth.authenticate(services(request).store, request.headers.get("authorization"))
+        auth.require(key, name)
+        return key
+
+    check.__name__ = f"scope_{name.replace(':', '_')}"
+    return check
+
+
+async def owned_run(store: Store, run_id: str, key: ApiKey) -> Run:
+    run = await store.get_run(run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    if run.workspace != key.workspace:
+        raise Forbidden(f"run {run_id} belongs to another workspace")
+    return run

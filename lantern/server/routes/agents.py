@@ -1,0 +1,63 @@
+"""/v1/agents: apply (a new immutable version each time), read and list definitions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+
+from lantern.engine.runs import apply_agent
+from lantern.errors import DefinitionError, NotFound
+from lantern.server.deps import scope, services
+from lantern.server.routes.runs import decode_cursor, encode_cursor
+from lantern.server.schemas import PROBLEMS, AgentOut, AgentPage
+from lantern.store.records import ApiKey
+from lantern.views import agent_json
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=PROBLEMS)
+Name = Annotated[str, Path(min_length=1, max_length=100)]
+
+
+@router.put("/{name}", response_model=AgentOut)
+async def put(
+    name: Name,
+    definition: Annotated[dict[str, Any], Body()],
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("agents:write"))],
+) -> dict[str, Any]:
+    given = definition.setdefault("name", name)
+    if given != name:
+        raise DefinitionError([f"the definition is named {given!r} but was sent to {name!r}"])
+    agent = await apply_agent(services(request).store, definition, key.workspace)
+    return agent_json(agent)
+
+
+@router.get("", response_model=AgentPage)
+async def list_agents(
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("agents:read"))],
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> dict[str, Any]:
+    agents = await services(request).store.list_agents(
+        key.workspace, limit=limit + 1, after=decode_cursor(cursor)
+    )
+    more = len(agents) > limit
+    agents = agents[:limit]
+    return {
+        "items": [agent_json(a) for a in agents],
+        "nextCursor": encode_cursor(agents[-1].name) if more else None,
+    }
+
+
+@router.get("/{name}", response_model=AgentOut)
+async def get(
+    name: Name,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("agents:read"))],
+    version: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    agent = await services(request).store.get_agent(key.workspace, name, version)
+    if agent is None:
+        raise NotFound(f"agent {name!r}{f' v{version}' if version else ''} not found")
+    return agent_json(agent)

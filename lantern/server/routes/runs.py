@@ -1,0 +1,135 @@
+"""/v1/runs: create, read, list, follow, cancel, and approvals."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from lantern.engine.cancel import cancel_run
+from lantern.engine.runs import create_run
+from lantern.errors import Conflict, UsageError
+from lantern.server.deps import owned_run, scope, services
+from lantern.server.schemas import PROBLEMS, CreateRun, Decision, EventPage, RunOut, RunPage
+from lantern.store.records import ApiKey
+from lantern.views import event_json, run_json
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
+WAIT_POLL = 0.05
+
+Status = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
+
+
+def encode_cursor(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError("cursor is not one this API gave out") from exc
+
+
+@router.post("", status_code=202, response_model=RunOut)
+async def create(
+    body: CreateRun,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:execute"))],
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JSONResponse:
+    s = services(request)
+    run = await create_run(
+        s.store, body.agentName, body.input, key.workspace, idempotency_key=idempotency_key
+    )
+    s.worker.wake()
+    return JSONResponse(run_json(run), status_code=202)
+
+
+@router.get("", response_model=RunPage)
+async def list_runs(
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:read"))],
+    status: Status | None = None,
+    agentName: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> dict[str, Any]:
+    runs = await services(request).store.list_runs(
+        key.workspace,
+        status=status,
+        agent_name=agentName,
+        limit=limit + 1,
+        before=decode_cursor(cursor),
+    )
+    more = len(runs) > limit
+    runs = runs[:limit]
+    return {
+        "items": [run_json(r) for r in runs],
+        "nextCursor": encode_cursor(runs[-1].id) if more else None,
+    }
+
+
+@router.get("/{run_id}", response_model=RunOut)
+async def get(
+    run_id: str,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:read"))],
+    wait: Annotated[float, Query(ge=0, le=60)] = 0,
+) -> dict[str, Any]:
+    store = services(request).store
+    run = await owned_run(store, run_id, key)
+    deadline = time.monotonic() + wait
+    while not run.finished and time.monotonic() < deadline:
+        await asyncio.sleep(WAIT_POLL)
+        run = await owned_run(store, run_id, key)
+    return run_json(run)
+
+
+@router.get("/{run_id}/events", response_model=EventPage)
+async def events(
+    run_id: str,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:read"))],
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> dict[str, Any]:
+    store = services(request).store
+    await owned_run(store, run_id, key)
+    found = await store.events(run_id, after=after)
+    page = found[:limit]
+    return {
+        "items": [event_json(e) for e in page],
+        "nextAfter": page[-1].seq if len(found) > limit else None,
+    }
+
+
+@router.post("/{run_id}/cancel", status_code=202, response_model=RunOut)
+async def cancel(
+    run_id: str,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:execute"))],
+) -> JSONResponse:
+    s = services(request)
+    await owned_run(s.store, run_id, key)
+    run = await cancel_run(s.store, run_id, s.worker.worker_id, s.worker.keeper.ttl)
+    return JSONResponse(run_json(run), status_code=202)
+
+
+@router.post("/{run_id}/approvals/{node_id}", response_model=RunOut)
+async def approve(
+    run_id: str,
+    node_id: str,
+    body: Decision,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:approve"))],
+) -> dict[str, Any]:
+    run = await owned_run(services(request).store, run_id, key)
+    # Approval nodes arrive with run control; until then no run can be waiting at one.
+    raise Conflict(f"run {run.id} is not waiting at an approval node {node_id!r}")

@@ -1,0 +1,88 @@
+"""Request and response bodies of the REST API, for validation and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateRun(Body):
+    agentName: str = Field(min_length=1, max_length=100)
+    input: Any = None
+
+
+class Decision(Body):
+    decision: Literal["approve", "reject"]
+    comment: str | None = Field(default=None, max_length=10_000)
+
+
+class Usage(BaseModel):
+    inputTokens: int
+    outputTokens: int
+    costUsd: float
+
+
+class RunOut(BaseModel):
+    id: str
+    agentName: str
+    agentVersion: int
+    status: Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
+    input: Any = None
+    output: Any = None
+    error: Any = None
+    createdAt: str
+    updatedAt: str
+    usage: Usage
+    cancelRequested: bool
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    nextCursor: str | None
+
+
+class EventOut(BaseModel):
+    seq: int
+    runId: str
+    stepId: str | None
+    nodeId: str | None
+    kind: str
+    attempt: int | None
+    data: dict[str, Any]
+    at: str
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    nextAfter: int | None
+
+
+class AgentOut(BaseModel):
+    name: str
+    version: int
+    definition: dict[str, Any]
+    createdAt: str
+
+
+class AgentPage(BaseModel):
+    items: list[AgentOut]
+    nextCursor: str | None
+
+
+class Problem(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[str] | None = None
+
+
+PROBLEMS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {"application/problem+json": {}}}
+    for status in (400, 401, 403, 404, 409, 413, 422)
+}
