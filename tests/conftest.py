@@ -17,6 +17,7 @@ import pytest
 from lantern.demo.receiver import Receiver
 from lantern.store import Store, open_store
 from tests.pg_server import DEFAULT, URL_FILE, answers
+from tests.server import Server
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -69,3 +70,11 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver().start()
     yield r
     r.close()
+
+
+@pytest.fixture
+def api_server(database_url: str, tmp_path: Path) -> Iterator[Server]:
+    """A running `lantern serve` on a fresh database (both backends)."""
+    server = Server(database_url, tmp_path / "serve.log").start()
+    yield server
+    server.stop()

@@ -96,7 +96,7 @@ class AsyncClient:
     ) -> Run:
         """Start a run of the agent's newest version. The request always carries an
         idempotency key (a random one unless given), so it is safely retried: the same key
-        with the same body gives back the same run; with another body, ``Conflict``."""
+        with the same body gives back the same run; with another body, ``ConflictError``."""
         key = idempotency_key or uuid.uuid4().hex
         body = {"agentName": agent_name, "input": input}
         data = await self._send(
@@ -188,7 +188,7 @@ class AsyncClient:
         decision: Decision = "approve",
         comment: str | None = None,
     ) -> Run:
-        """Resolve the approval node the run is waiting on (``Conflict`` when it is not)."""
+        """Resolve the approval node the run is waiting on (``ConflictError`` when it is not)."""
         body: dict[str, Any] = {"decision": decision}
         if comment is not None:
             body["comment"] = comment
@@ -197,7 +197,8 @@ class AsyncClient:
 
     async def cancel(self, run_id: str) -> Run:
         """Cancel a queued, running or waiting run. A running run may come back still running
-        with ``cancel_requested`` set while its replica stops it; ``wait()`` for the end."""
+        with ``cancel_requested`` set while its replica stops it; ``wait()`` for the end. A run
+        already finished raises ``ConflictError``."""
         path = f"/v1/runs/{_seg(run_id)}/cancel"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
 

@@ -3,10 +3,12 @@
     LanternError
     ├── ApiError                   the server answered with an error (RFC 9457 problem+json)
     │   ├── BadRequest             400 malformed body           (also a lantern.UsageError)
-    │   ├── AuthenticationError    401 no or unknown API key
-    │   ├── PermissionDenied       403 missing scope or another workspace's object
+    │   ├── AuthenticationError    401 no or unknown API key     (also a lantern.Unauthorized)
+    │   ├── PermissionDenied       403 missing scope or another  (also a lantern.Forbidden)
+    │   │                              workspace's object
     │   ├── NotFoundError          404 unknown run or agent      (also a lantern.NotFound)
-    │   ├── Conflict               409 idempotency key reused with another body, node not waiting
+    │   ├── ConflictError          409 a reused idempotency key, (also a lantern.Conflict)
+    │   │                              a finished run, a node not waiting
     │   ├── PayloadTooLarge        413 body too large            (also a lantern.UsageError)
     │   ├── Unprocessable          422 invalid definition/input  (also a lantern.UsageError)
     │   ├── RateLimited            429 (raised once retries are spent)
@@ -15,6 +17,8 @@
     ├── InvalidResponse            an answer that is not the API's shape (wrong URL? a proxy?)
     └── WaitTimeout                ``wait()`` gave up before the run finished (also a TimeoutError)
 
+Each ``ApiError`` subclass with an embedded twin (``lantern.errors``) also derives from it, so
+``except lantern.NotFound`` reads the same whether Lantern runs in-process or behind the API.
 An ``ApiError`` carries the problem: ``status``, ``title``, ``detail``, ``type`` and the whole
 ``problem`` dict. A body that is not problem JSON still maps by status, its text as the detail.
 """
@@ -25,7 +29,7 @@ import json
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from lantern.errors import LanternError, NotFound, UsageError
+from lantern.errors import Conflict, Forbidden, LanternError, NotFound, Unauthorized, UsageError
 
 if TYPE_CHECKING:
     from lantern.sdk.models import Run
@@ -48,11 +52,11 @@ class BadRequest(ApiError, UsageError):
     """400: the request body was malformed; nothing was changed."""
 
 
-class AuthenticationError(ApiError):
+class AuthenticationError(ApiError, Unauthorized):
     """401: no API key, or one the server does not know."""
 
 
-class PermissionDenied(ApiError):
+class PermissionDenied(ApiError, Forbidden):
     """403: the key lacks the scope, or the object belongs to another workspace."""
 
 
@@ -60,8 +64,8 @@ class NotFoundError(ApiError, NotFound):
     """404: an unknown run or agent. Also a ``lantern.NotFound``, as in embedded use."""
 
 
-class Conflict(ApiError):
-    """409: e.g. an idempotency key reused with a different body, or a node not waiting."""
+class ConflictError(ApiError, Conflict):
+    """409: an idempotency key reused with a different body, a finished run, a node not waiting."""
 
 
 class PayloadTooLarge(ApiError, UsageError):
@@ -107,7 +111,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     401: AuthenticationError,
     403: PermissionDenied,
     404: NotFoundError,
-    409: Conflict,
+    409: ConflictError,
     413: PayloadTooLarge,
     422: Unprocessable,
     429: RateLimited,

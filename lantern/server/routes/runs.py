@@ -32,7 +32,8 @@ def decode_cursor(cursor: str | None) -> str | None:
     if cursor is None:
         return None
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError("cursor is not one this API gave out") from exc
 

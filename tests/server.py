@@ -1,0 +1,93 @@
+"""A real `lantern serve` process on 127.0.0.1 for API tests, with keys per workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from lantern.server.auth import issue_key
+from lantern.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+LANTERN = str(Path(sys.executable).parent / "lantern")
+ALL_SCOPES = "runs:execute,runs:read,runs:approve,agents:write,agents:read"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_key(database_url: str, workspace: str, scopes: str) -> str:
+    async def issue() -> str:
+        store = open_store(database_url)
+        await store.open()
+        try:
+            _, plaintext = await issue_key(store, workspace, set(scopes.split(",")))
+        finally:
+            await store.close()
+        return plaintext
+
+    return asyncio.run(issue())
+
+
+@dataclass
+class Server:
+    database_url: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> Server:
+        env = {
+            **os.environ,
+            "LANTERN_DATABASE_URL": self.database_url,
+            "LANTERN_PORT": str(self.port),
+            "LANTERN_WORKER_ID": f"test-{self.port}",
+            "PYTHONPATH": str(ROOT),
+            **self.env,
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [LANTERN, "serve", "--app", "tests.crash.crash_app:app"],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lantern serve exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("lantern serve did not answer /healthz")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(30)
