@@ -337,6 +337,18 @@ def key(api_server: Server) -> str:
     return make_key(api_server.database_url, "sdk", ALL_SCOPES)
 
 
+@pytest.fixture
+def reader_key(api_server: Server) -> str:
+    """A key of workspace ``sdk`` that may only read runs."""
+    return make_key(api_server.database_url, "sdk", "runs:read")
+
+
+@pytest.fixture
+def outsider_key(api_server: Server) -> str:
+    """A key with every scope in another workspace."""
+    return make_key(api_server.database_url, "elsewhere", ALL_SCOPES)
+
+
 def release_when_held(receiver: Receiver, after: float) -> list[float]:
     """Let the held request go ``after`` seconds after it arrived; gives the release time."""
     released: list[float] = []
@@ -473,8 +485,10 @@ async def test_cancel_a_running_run(api_server: Server, key: str, receiver: Rece
             await client.cancel(run.id)  # already finished
 
 
-async def test_errors_carry_the_problem(api_server: Server, key: str) -> None:
-    url, db = api_server.url, api_server.database_url
+async def test_errors_carry_the_problem(
+    api_server: Server, key: str, reader_key: str, outsider_key: str
+) -> None:
+    url = api_server.url
     async with AsyncClient(url, "lk_nobody_secret") as stranger:
         with pytest.raises(AuthenticationError) as unknown:
             await stranger.list_runs()
@@ -495,14 +509,14 @@ async def test_errors_carry_the_problem(api_server: Server, key: str) -> None:
         with pytest.raises(ConflictError):
             await client.approve(run.id, "start")  # not waiting at an approval
 
-    async with AsyncClient(url, make_key(db, "sdk", "runs:read")) as reader:
+    async with AsyncClient(url, reader_key) as reader:
         assert (await reader.get_run(run.id)).id == run.id
         with pytest.raises(PermissionDenied) as denied:
             await reader.create_run("bare")
         assert denied.value.status == 403 and "runs:execute" in denied.value.detail
         with pytest.raises(PermissionDenied):
             await reader.apply_agent(BARE)
-    async with AsyncClient(url, make_key(db, "elsewhere", ALL_SCOPES)) as outsider:
+    async with AsyncClient(url, outsider_key) as outsider:
         with pytest.raises(PermissionDenied):
             await outsider.get_run(run.id)
 
