@@ -2,15 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lantern.store.records import Event, Run
+
+class Event(Protocol):
+    """A journal event as the store or the API client gives it."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def step_id(self) -> str | None: ...
+    @property
+    def attempt(self) -> int | None: ...
+    @property
+    def data(self) -> Mapping[str, Any]: ...
+
+
+class Run(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def agent_version(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> Any: ...
+
 
 BAR_WIDTH = 32
 _STYLE = {"completed": "green", "failed": "red", "in flight": "yellow"}

@@ -2,7 +2,7 @@
 
 Everything is local and offline: a SQLite database under the work folder, a receiver on
 127.0.0.1 standing in for the payment, shipping and notification services, and a real
-`lantern serve` process that the demo kills and starts again.
+`lantern serve` process, driven over its REST API, that the demo kills and starts again.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,12 +23,14 @@ from rich.table import Table
 
 from lantern.cli import waterfall
 from lantern.demo.receiver import Receiver, running
-from lantern.engine.runs import apply_agent, create_run
-from lantern.store import Run, Store, open_store
+from lantern.sdk import AsyncClient
+from lantern.server.auth import issue_key
+from lantern.store import Store, open_store
 
 WORKER_ID = "demo-worker"
 DELIVERIES = ("/payments", "/shipments", "/notifications")
 CRASH_AT = "/shipments"
+SCOPES = {"runs:execute", "runs:read", "agents:write"}
 
 
 def tell(workdir: Path) -> int:
@@ -50,58 +53,88 @@ async def _tell(workdir: Path, out: Console) -> int:
 
 
 async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out: Console) -> int:
-    definition = json.loads((resources.files("lantern.demo") / "agent.json").read_text())
-    agent = await apply_agent(store, definition)
-    run = await create_run(
-        store,
-        agent.name,
-        {"customer": "c-42", "cents": 4200, "item": "lantern", "receiver": receiver.url},
-    )
+    _, key = await issue_key(store, "default", SCOPES)
+    port, log = _free_port(), workdir / "serve.log"
+    base = f"http://127.0.0.1:{port}"
     out.rule("[bold]Lantern demo: a crash mid-step costs one step, never the run")
-    out.print(
-        f"Agent [bold]{agent.name}[/] v{agent.version}: lookup (tool) -> charge (http)"
-        " -> ship (http) -> notify (http)"
-    )
-    out.print(f"Run [bold]{run.id}[/] queued in {url}")
-
-    receiver.hold(CRASH_AT)
-    log = workdir / "serve.log"
-    server = _serve(url, log)
-    out.print(f"Started [bold]lantern serve[/] (pid {server.pid}, worker id {WORKER_ID})")
-    if not await asyncio.to_thread(receiver.arrived.wait, 60):
-        out.print(f"[red]the ship step never started; see {log}")
-        server.kill()
-        return 1
+    server = _serve(url, port, log)
+    out.print(f"Started [bold]lantern serve[/] at {base} (pid {server.pid}, worker {WORKER_ID})")
+    async with AsyncClient(base, key) as api:
+        if not await _healthy(api, server):
+            out.print(f"[red]the server did not start; see {log}")
+            return 1
+        definition = json.loads((resources.files("lantern.demo") / "agent.json").read_text())
+        agent = await api.apply_agent(definition)
+        out.print(
+            f"PUT /v1/agents/{agent.name} -> v{agent.version}: lookup (tool) -> charge (http)"
+            " -> ship (http) -> notify (http)"
+        )
+        receiver.hold(CRASH_AT)
+        run = await api.create_run(
+            agent.name,
+            {"customer": "c-42", "cents": 4200, "item": "lantern", "receiver": receiver.url},
+        )
+        out.print(f"POST /v1/runs -> [bold]{run.id}[/] ({run.status})")
+        if not await asyncio.to_thread(receiver.arrived.wait, 60):
+            out.print(f"[red]the ship step never started; see {log}")
+            server.kill()
+            return 1
     server.send_signal(signal.SIGKILL)
     server.wait()
     out.print("[bold red]SIGKILL[/] while [bold]ship[/] was in flight (its request unanswered)")
     events = await store.events(run.id)
-    done = [e.step_id for e in events if e.kind == "step_completed"]
-    out.print(
-        f"  journal after the crash: {len(events)} events; completed: {', '.join(map(str, done))};"
-        " ship started, not completed"
-    )
+    done = ", ".join(str(e.step_id) for e in events if e.kind == "step_completed")
+    out.print(f"  journal after the crash: {len(events)} events; completed: {done};")
+    out.print("  ship started, not completed")
     receiver.release()
 
     began = time.monotonic()
-    server = _serve(url, log)
+    server = _serve(url, port, log)
     out.print(
         f"Restarted [bold]lantern serve[/] (pid {server.pid}) with the same worker id:"
         " it takes its run back at once"
     )
-    finished = await _wait_finished(store, run.id, 60)
-    server.send_signal(signal.SIGTERM)
-    server.wait(30)
-    if finished is None:
-        out.print(f"[red]the run did not finish; see {log}")
-        return 1
-    out.print(f"Run {finished.status} {time.monotonic() - began:.2f}s after the restart\n")
-    waterfall.render(finished, await store.events(run.id), out)
-    return _deliveries(receiver, finished, out)
+    try:
+        async with AsyncClient(base, key) as api:
+            if not await _healthy(api, server):
+                out.print(f"[red]the server did not restart; see {log}")
+                return 1
+            finished = await api.wait(run.id, timeout=60)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    out.print(
+        f"GET /v1/runs/{run.id}?wait=... -> {finished.status},"
+        f" {time.monotonic() - began:.2f}s after the restart\n"
+    )
+    stored = await store.get_run(run.id)
+    assert stored is not None
+    waterfall.render(stored, await store.events(run.id), out)
+    return _deliveries(receiver, finished.status, out)
 
 
-def _serve(url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "LANTERN_DATABASE_URL": url, "LANTERN_WORKER_ID": WORKER_ID}
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _healthy(api: AsyncClient, server: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.poll() is None:
+        if await api.health():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def _serve(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "LANTERN_DATABASE_URL": url,
+        "LANTERN_WORKER_ID": WORKER_ID,
+        "LANTERN_PORT": str(port),
+    }
     lantern = Path(sys.executable).parent / "lantern"
     command = [str(lantern)] if lantern.exists() else [sys.executable, "-m", "lantern.cli"]
     with log.open("ab") as sink:
@@ -113,19 +146,9 @@ def _serve(url: str, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-async def _wait_finished(store: Store, run_id: str, within: float) -> Run | None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        run = await store.get_run(run_id)
-        if run is not None and run.finished:
-            return run
-        await asyncio.sleep(0.05)
-    return None
-
-
-def _deliveries(receiver: Receiver, run: Run, out: Console) -> int:
+def _deliveries(receiver: Receiver, status: str, out: Console) -> int:
     table = Table("delivery", "requests received", "idempotency keys", title="At the receiver")
-    ok = run.status == "succeeded"
+    ok = status == "succeeded"
     for path in DELIVERIES:
         count, keys = receiver.count(path), receiver.keys(path)
         table.add_row(path, str(count), str(len(keys)))

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.server import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 LANTERN = str(Path(sys.executable).parent / "lantern")
 
@@ -21,6 +23,7 @@ class Serve:
             **os.environ,
             "LANTERN_DATABASE_URL": database_url,
             "PYTHONPATH": str(ROOT),
+            "LANTERN_PORT": str(free_port()),
             **env,
         }
         self.out = log.open("ab")
