@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -44,7 +43,7 @@ from lantern.sdk import (
 from lantern.sdk.errors import error_for, error_from_body
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
 from tests.helpers import http_chain
-from tests.server import ALL_SCOPES, Server, make_key
+from tests.server import ALL_SCOPES, Server, free_port, make_key
 
 RUN_JSON: dict[str, Any] = {
     "id": "run_1",
@@ -280,13 +279,6 @@ def test_the_sync_client_has_every_method_of_the_async_one_with_the_same_signatu
         assert (str(s.return_annotation).startswith("Iterator[")) == iterator, name
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_a_get_where_nothing_listens_fails_after_retries_with_backoff(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -308,11 +300,15 @@ async def test_a_get_where_nothing_listens_fails_after_retries_with_backoff(
 
 def test_the_sync_client_raises_the_same_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(retry._random, "random", lambda: 0.0)
-    with (
-        Client(f"http://127.0.0.1:{free_port()}", "key", max_retries=2) as client,
-        pytest.raises(ConnectionFailed, match="after 3 attempts"),
-    ):
-        client.list_runs()
+    with Client(f"http://127.0.0.1:{free_port()}", "key", max_retries=2) as client:
+        with pytest.raises(ConnectionFailed, match="after 3 attempts"):
+            client.list_runs()
+        # Not idempotent by key, but a refused connection means the request never left.
+        with pytest.raises(ConnectionFailed, match="after 3 attempts"):
+            client.cancel("run_x")
+        assert not client.health()
+    with pytest.raises(lantern.UsageError, match="closed"):
+        client.get_run("run_x")
 
 
 # Against a real `lantern serve`, on SQLite and PostgreSQL
@@ -328,7 +324,6 @@ ECHO = {
         "edges": [{"source": "start", "target": "t"}],
     },
 }
-FINISHED = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
@@ -508,6 +503,14 @@ async def test_errors_carry_the_problem(
             await client.get_run(run.id, wait=120)  # the server waits at most 60 s
         with pytest.raises(ConflictError):
             await client.approve(run.id, "start")  # not waiting at an approval
+        with pytest.raises(PayloadTooLarge) as large:
+            await client.create_run("bare", "x" * (10 * 1024 * 1024 + 1))
+        assert isinstance(large.value, lantern.UsageError) and large.value.status == 413
+
+    # The sync client from inside a running event loop: it blocks this loop for the call
+    # (its own loop runs in its own thread), but it does not deadlock.
+    with Client(url, key) as blocking:
+        assert blocking.get_run(run.id).id == run.id
 
     async with AsyncClient(url, reader_key) as reader:
         assert (await reader.get_run(run.id)).id == run.id
@@ -547,10 +550,3 @@ def test_the_sync_client_does_the_same(api_server: Server, key: str, receiver: R
         # Leaving a generator early closes its async iterator on the client's loop.
         first = next(iter(client.follow(run.id)))
         assert first.kind == "run_started"
-
-
-async def test_the_sync_client_works_inside_a_running_event_loop(
-    api_server: Server, key: str
-) -> None:
-    with Client(api_server.url, key) as client:
-        assert client.health()  # blocks this loop for the call, but does not deadlock
