@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from lantern.store.records import AgentVersion, Event, Run
+from lantern.store.records import AgentVersion, Event
 
 
-def run_json(run: Run) -> dict[str, Any]:
+def run_json(run: Any) -> dict[str, Any]:
+    """A run of the store, or one the API client returned (they share these fields)."""
     return {
         "id": run.id,
         "agentName": run.agent_name,

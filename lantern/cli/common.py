@@ -17,6 +17,8 @@ from rich.console import Console
 
 from lantern.config import Settings
 from lantern.errors import DefinitionError, LanternError, UsageError
+from lantern.sdk import AsyncClient
+from lantern.sdk.errors import ApiError
 from lantern.store.base import Store, open_store
 
 T = TypeVar("T")
@@ -43,6 +45,14 @@ def with_database(ctx: click.Context, url: str | None) -> None:
         ctx.obj["settings"] = replace(settings(ctx), database_url=url)
 
 
+def remote() -> AsyncClient | None:
+    """A client of the server named by LANTERN_URL and LANTERN_API_KEY, when both are set."""
+    url, key = os.environ.get("LANTERN_URL"), os.environ.get("LANTERN_API_KEY")
+    if not url or not key:
+        return None
+    return AsyncClient(url, key)
+
+
 def cli_worker_id(s: Settings) -> str:
     """In-process runs get their own identity unless LANTERN_WORKER_ID names one."""
     return os.environ.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:cli-{os.getpid()}"
@@ -62,7 +72,7 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a command body; a Lantern error becomes one line on stderr and exit 1 (2 for usage)."""
     try:
         return asyncio.run(fn())  # type: ignore[arg-type]
-    except DefinitionError as exc:
+    except (DefinitionError, ApiError) as exc:
         fail(str(exc), 1)
     except UsageError as exc:
         fail(str(exc), 2)

@@ -19,6 +19,7 @@ from lantern.cli.common import (
     fail,
     opened,
     parse_json,
+    remote,
     run,
     settings,
     with_database,
@@ -58,6 +59,12 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
         fail(f"cannot read {file}: {' '.join(str(exc).split())}", 2)
 
     async def body() -> None:
+        api = remote()
+        if api is not None:
+            async with api:
+                applied = await api.apply_agent(definition)
+            click.echo(f"applied {applied.name} v{applied.version}")
+            return
         async with opened(s) as store:
             agent = await apply_agent(store, definition)
         click.echo(f"applied {agent.name} v{agent.version}")
@@ -74,8 +81,14 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
     s = settings(ctx)
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = await store.list_agents(DEFAULT_WORKSPACE)
+        api = remote()
+        found: list[Any]
+        if api is not None:
+            async with api:
+                found = [a async for a in api.iter_agents()]
+        else:
+            async with opened(s) as store:
+                found = list(await store.list_agents(DEFAULT_WORKSPACE))
         table = Table("name", "version", "nodes", "applied")
         for a in found:
             nodes = len(a.definition.get("graph", {}).get("nodes", []))
@@ -102,12 +115,26 @@ def run_agent(
     app_spec: str | None,
     database_url: str | None,
 ) -> None:
-    """Start a run of AGENT. Without --wait it is queued for `lantern serve`."""
+    """Start a run of AGENT. Without --wait it is queued for `lantern serve`.
+
+    With LANTERN_URL and LANTERN_API_KEY set the run goes to that server (--wait waits for
+    it there); otherwise --wait executes it in this process.
+    """
     with_database(ctx, database_url)
     s = settings(ctx)
 
     async def body() -> int:
         value = parse_json(input_json, "--input")
+        api = remote()
+        if api is not None:
+            async with api:
+                submitted = await api.create_run(agent, value)
+                if not wait:
+                    click.echo(submitted.id)
+                    return 0
+                result = await api.wait(submitted.id)
+            click.echo(json.dumps(run_json(result), indent=2))
+            return 0 if result.status == "succeeded" else 1
         app = load_app(app_spec)
         async with opened(s) as store:
             created = await create_run(store, agent, value)
@@ -147,10 +174,19 @@ def runs_list(
     s = settings(ctx)
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = await store.list_runs(
-                DEFAULT_WORKSPACE, status=status, agent_name=agent_name, limit=limit
-            )
+        api = remote()
+        found: list[Any]
+        if api is not None:
+            async with api:
+                page = await api.list_runs(status=status, agent_name=agent_name, limit=limit)
+            found = list(page.items)
+        else:
+            async with opened(s) as store:
+                found = list(
+                    await store.list_runs(
+                        DEFAULT_WORKSPACE, status=status, agent_name=agent_name, limit=limit
+                    )
+                )
         table = Table("agent", "status", "created", "updated")
         table.columns.insert(0, Column("id", no_wrap=True))
         for r in found:
@@ -176,6 +212,13 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
     s = settings(ctx)
 
     async def body() -> None:
+        api = remote()
+        if api is not None:
+            async with api:
+                got = await api.get_run(run_id)
+                journal = await api.events(run_id)
+            waterfall.render(got, journal, console())
+            return
         async with opened(s) as store:
             found = await store.get_run(run_id)
             if found is None:

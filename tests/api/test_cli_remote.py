@@ -1,0 +1,52 @@
+"""The CLI talks to a server when LANTERN_URL and LANTERN_API_KEY are set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from tests.api.test_endpoints import NOOP
+from tests.server import ALL_SCOPES, LANTERN, Server, make_key
+
+
+def lantern(server: Server, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LANTERN_DATABASE_URL", "LANTERN_URL")}
+    # No database: everything must go through the API.
+    env |= {
+        "LANTERN_URL": server.url,
+        "LANTERN_API_KEY": key,
+        "LANTERN_DATABASE_URL": "sqlite:////nonexistent/dir/never.db",
+    }
+    return subprocess.run([LANTERN, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_over_the_api(api_server: Server, tmp_path: Path) -> None:
+    key = make_key(api_server.database_url, "default", ALL_SCOPES)
+    agent_file = tmp_path / "noop.json"
+    agent_file.write_text(json.dumps(NOOP))
+    applied = lantern(api_server, key, "agents", "apply", str(agent_file))
+    assert applied.returncode == 0 and "applied noop v1" in applied.stdout, applied.stderr
+    assert "noop" in lantern(api_server, key, "agents", "list").stdout
+
+    done = lantern(api_server, key, "run", "noop", "--input", '{"x": 7}', "--wait")
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["status"] == "succeeded" and run["output"] == {"x": 7}
+    queued = lantern(api_server, key, "run", "noop", "--input", '{"x": 8}')
+    assert queued.returncode == 0 and queued.stdout.strip().startswith("run_")
+
+    listed = lantern(api_server, key, "runs", "list")
+    assert run["id"] in listed.stdout and queued.stdout.strip() in listed.stdout
+    shown = lantern(api_server, key, "runs", "show", run["id"])
+    assert shown.returncode == 0 and "start" in shown.stdout and "completed" in shown.stdout
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "bad", "graph": {"nodes": [], "edges": []}}))
+    refused = lantern(api_server, key, "agents", "apply", str(bad))
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    missing = lantern(api_server, key, "runs", "show", "run_missing")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    wrong = lantern(api_server, "lk_wrong_key", "runs", "list")
+    assert wrong.returncode == 1 and len(wrong.stderr.strip().splitlines()) == 1
