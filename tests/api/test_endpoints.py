@@ -207,6 +207,9 @@ def test_keys_need_their_scopes(api_server: Server, alice: Caller) -> None:
         is_problem(call(Caller(api_server, "lk_nothere_secret")), 401)
     admin = Caller(api_server, make_key(api_server.database_url, "alice", "admin"))
     assert admin.get(f"/v1/runs/{run_id}").status_code == 200
+    # No key's secret ever reaches the log, whether it was accepted or refused.
+    log = api_server.log.read_text()
+    assert "lk_" not in log and "nothere_secret" not in log
 
 
 def test_a_revoked_key_is_refused(api_server: Server) -> None:
