@@ -51,6 +51,7 @@ class Settings:
     port: int = 8787
     max_concurrent_runs: int = 64
     max_body_bytes: int = 10 * 1024 * 1024
+    max_recoveries: int = 10
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -65,4 +66,5 @@ class Settings:
             port=port,
             max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 64),
             max_body_bytes=_integer(e, "LANTERN_MAX_BODY_BYTES", 10 * 1024 * 1024),
+            max_recoveries=_integer(e, "LANTERN_MAX_RECOVERIES", 10),
         )

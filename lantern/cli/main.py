@@ -241,8 +241,9 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import keys, serve
+    from lantern.cli import keys, serve, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
+    cli.add_command(workers.workers)
     cli(prog_name="lantern")

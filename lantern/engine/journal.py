@@ -32,6 +32,7 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)  # step_id -> last attempt started
     failed: set[str] = field(default_factory=set)
     worker: str | None = None  # the last worker that drove the run
+    recoveries: int = 0  # re-drives after a crash or a lost executor
 
     @property
     def in_flight(self) -> list[str]:
@@ -48,6 +49,7 @@ def fold(events: Iterable[Event]) -> RunState:
             state.worker = e.data.get("worker")
         elif e.kind == "run_recovered":
             state.worker = e.data.get("toWorker")
+            state.recoveries += 1
         elif e.kind == "step_started" and e.step_id is not None:
             state.attempts[e.step_id] = e.attempt or 1
         elif e.kind == "step_completed" and e.step_id is not None:

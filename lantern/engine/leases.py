@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from contextlib import suppress
 
@@ -28,11 +29,13 @@ class LeaseKeeper:
         self._held: dict[str, Lease] = {}
         self._on_cancel: dict[str, Callable[[], None]] = {}
         self._lost: set[str] = set()
+        self._renewed: dict[str, float] = {}  # run_id -> monotonic time of the last renewal
         self._tasks: list[asyncio.Task[None]] = []
 
     def hold(self, lease: Lease, on_cancel: Callable[[], None] | None = None) -> None:
         self._held[lease.run_id] = lease
         self._lost.discard(lease.run_id)
+        self._renewed[lease.run_id] = time.monotonic()
         if on_cancel is not None:
             self._on_cancel[lease.run_id] = on_cancel
         if not any(not t.done() for t in self._tasks):
@@ -45,9 +48,15 @@ class LeaseKeeper:
         if self._held.get(lease.run_id) == lease:
             del self._held[lease.run_id]
             self._on_cancel.pop(lease.run_id, None)
+            self._renewed.pop(lease.run_id, None)
 
     def lost(self, run_id: str) -> bool:
         return run_id in self._lost
+
+    def live(self, run_id: str) -> bool:
+        """Held, and renewed within the TTL: safe to start new steps under it."""
+        renewed = self._renewed.get(run_id)
+        return renewed is not None and time.monotonic() - renewed < self.ttl
 
     @property
     def held(self) -> list[Lease]:
@@ -62,7 +71,9 @@ class LeaseKeeper:
                 except Exception as exc:  # the database is away: try again next tick
                     log.warning("could not renew the lease of run %s: %s", lease.run_id, exc)
                     continue
-                if not ok:
+                if ok:
+                    self._renewed[lease.run_id] = time.monotonic()
+                else:
                     log.warning("run %s: lease epoch %s was taken over", lease.run_id, lease.epoch)
                     self._lost.add(lease.run_id)
                     self.drop(lease)

@@ -34,6 +34,7 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.errors import LeaseLost, NotFound, StepError
 from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, executor_for
+from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.codec import dumps
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -53,8 +54,10 @@ class Runner:
         worker_id: str,
         http: httpx.AsyncClient,
         stopping: asyncio.Event | None = None,
+        max_recoveries: int = 10,
     ) -> None:
         self.store = store
+        self.max_recoveries = max_recoveries
         self.app = app
         self.keeper = keeper
         self.worker_id = worker_id
@@ -182,6 +185,8 @@ class _Drive:
         self.outputs = dict(state.outputs)
         self.attempts = dict(state.attempts)
         events, update = self._opening(state)
+        if update is not None and update.status in TERMINAL:
+            return events, update, []
         resume = [(s, state.attempts[s]) for s in state.in_flight]
         fresh = self._ready()
         events += self._start(fresh)
@@ -192,12 +197,22 @@ class _Drive:
     def _opening(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         w = self.writer
         if state.started:
+            metrics.RECOVERIES.inc()
+            if state.recoveries >= self.r.max_recoveries:
+                # A run that keeps killing its executor must not take the fleet down forever.
+                error = {
+                    "code": "recovery_exhausted",
+                    "message": f"the run was recovered {state.recoveries} times; giving up",
+                    "recoveries": state.recoveries,
+                }
+                return [w.event("run_failed", {"error": error})], RunUpdate("failed", error=error)
             recovered = w.event(
                 "run_recovered",
                 {
                     "fromWorker": state.worker,
                     "toWorker": self.r.worker_id,
                     "epoch": self.lease.epoch,
+                    "attempt": state.recoveries + 1,
                     "replayed": sorted(state.outputs),
                     "inFlight": state.in_flight,
                 },
@@ -288,7 +303,9 @@ class _Drive:
                 events.append(self.writer.event("run_failed", {"error": error}))
                 await self._commit(events, RunUpdate("failed", error=error))
                 return
-            if self.r.keeper.lost(self.run.id):
+            if not self.r.keeper.live(self.run.id):
+                # Lost, or not renewed for a whole TTL (the database away): start nothing
+                # more; whoever holds the run next re-drives it from the journal.
                 raise LeaseLost(self.run.id, self.lease.epoch)
             if cancel.done():
                 await self._cancel(events)

@@ -1,6 +1,7 @@
 """A worker: one process's executor. It takes back its own runs on start, claims queued runs
-under leases, drives them with bounded concurrency, and on a clean stop lets steps in flight
-finish (within a grace period) and releases its leases.
+under leases, recovers orphaned runs (the recovery sweep), drives them with bounded
+concurrency, heartbeats, and on a clean stop lets steps in flight finish (within a grace
+period) and releases its leases.
 """
 
 from __future__ import annotations
@@ -8,16 +9,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack, suppress
+from datetime import UTC, datetime
 
 import httpx
 
 from lantern.app import App
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
 from lantern.store.base import Store
 from lantern.store.records import Lease
 
 log = logging.getLogger("lantern.worker")
+
+HEARTBEAT = 5.0  # seconds between heartbeats, at most
 
 
 class Worker:
@@ -30,6 +35,8 @@ class Worker:
         lease_ttl: float,
         max_concurrent: int = 64,
         poll_interval: float = 0.2,
+        recovery_interval: float = 30.0,
+        max_recoveries: int = 10,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -42,6 +49,16 @@ class Worker:
         self._runs: set[asyncio.Task[object]] = set()
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
+        self.max_recoveries = max_recoveries
+        self.started_at = datetime.now(UTC)
+        self.recovery = RecoveryLoop(
+            store,
+            worker_id=worker_id,
+            ttl=lease_ttl,
+            interval=recovery_interval,
+            free_slots=lambda: self.max_concurrent - len(self._runs),
+            start=self._start,
+        )
 
     async def __aenter__(self) -> Worker:
         http = await self._stack.enter_async_context(httpx.AsyncClient())
@@ -52,6 +69,7 @@ class Worker:
             worker_id=self.worker_id,
             http=http,
             stopping=self.stopping,
+            max_recoveries=self.max_recoveries,
         )
         return self
 
@@ -69,8 +87,31 @@ class Worker:
         return len(run_ids)
 
     async def serve(self) -> None:
-        """Reclaim, then claim queued runs until ``stop()``."""
+        """Reclaim, then sweep for orphans and claim queued runs until ``stop()``."""
+        await self.store.heartbeat(self.worker_id, self.started_at)
         await self.reclaim()
+        background = [
+            asyncio.create_task(self.recovery.run(self.stopping), name="lantern-recovery"),
+            asyncio.create_task(self._heartbeats(), name="lantern-heartbeat"),
+        ]
+        try:
+            await self._dispatch()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _heartbeats(self) -> None:
+        every = min(self.keeper.ttl / 3, HEARTBEAT)
+        while not self.stopping.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), every)
+            try:
+                await self.store.heartbeat(self.worker_id, self.started_at)
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _dispatch(self) -> None:
         while not self.stopping.is_set():
             free = self.max_concurrent - len(self._runs)
             leases: list[Lease] = []
@@ -114,10 +155,11 @@ class Worker:
         """Stop taking runs, let steps in flight finish within ``grace``, release leases."""
         self.stopping.set()
         self._wake.set()
-        if not self._runs:
-            return
-        _, late = await asyncio.wait(self._runs, timeout=grace)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.wait(late)
+        if self._runs:
+            _, late = await asyncio.wait(self._runs, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        with suppress(Exception):
+            await self.store.worker_stopped(self.worker_id)

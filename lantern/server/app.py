@@ -21,7 +21,7 @@ from lantern.engine.worker import Worker
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import BodyLimit
-from lantern.server.routes import agents, health, runs
+from lantern.server.routes import agents, health, runs, workers
 from lantern.store.base import open_store
 
 
@@ -36,6 +36,8 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             worker_id=settings.worker_id,
             lease_ttl=settings.lease_ttl,
             max_concurrent=settings.max_concurrent_runs,
+            recovery_interval=settings.recovery_interval,
+            max_recoveries=settings.max_recoveries,
         )
         async with worker:
             api.state.services = Services(store, worker, settings)
@@ -54,6 +56,6 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, agents, health):
+    for module in (runs, agents, workers, health):
         api.include_router(module.router)
     return BodyLimit(api, settings.max_body_bytes)

@@ -74,6 +74,19 @@ class AgentPage(BaseModel):
     nextCursor: str | None
 
 
+class WorkerOut(BaseModel):
+    id: str
+    startedAt: str
+    heartbeatAt: str
+    stoppedAt: str | None
+    alive: bool
+    runs: list[str]
+
+
+class WorkerPage(BaseModel):
+    items: list[WorkerOut]
+
+
 class Problem(BaseModel):
     type: str
     title: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from lantern.store.records import (
@@ -12,9 +13,11 @@ from lantern.store.records import (
     Event,
     Lease,
     NewEvent,
+    Orphan,
     Run,
     RunStatus,
     RunUpdate,
+    WorkerInfo,
 )
 
 
@@ -74,6 +77,14 @@ class Store(Protocol):
     ) -> list[Run]:
         """Newest first (run ids sort by creation); ``before`` is the last id already seen."""
 
+    # workers
+    async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
+        """Record that the replica is alive (and when it started)."""
+
+    async def worker_stopped(self, worker_id: str) -> None: ...
+
+    async def list_workers(self) -> list[WorkerInfo]: ...
+
     # API keys
     async def create_api_key(self, key: ApiKey) -> None: ...
 
@@ -95,6 +106,10 @@ class Store(Protocol):
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Lease]:
         """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
+
+    async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
+        """Queued or running runs whose lease is absent or expired, oldest first, at most
+        ``limit``: each with the lease this call stole for it, or None where another won."""
 
     async def runs_leased_by(self, worker_id: str) -> list[str]:
         """Unfinished runs whose lease (live or expired) names this worker id."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -23,6 +24,7 @@ from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
 from lantern.store.records import (
+    ACTIVE,
     TERMINAL,
     AgentVersion,
     ApiKey,
@@ -30,9 +32,11 @@ from lantern.store.records import (
     Event,
     Lease,
     NewEvent,
+    Orphan,
     Run,
     RunStatus,
     RunUpdate,
+    WorkerInfo,
 )
 
 log = logging.getLogger("lantern.store.postgres")
@@ -77,6 +81,29 @@ WITH batch AS (
     WHERE u.release AND l.run_id = u.run_id AND l.run_id IN (SELECT run_id FROM fenced)
 )
 SELECT run_id FROM fenced
+"""
+
+# Find runs with no live lease and steal their leases. The statuses are literals, so the
+# planner can use the partial index of unfinished runs, and a pass costs the same however
+# many runs have finished. SKIP LOCKED lets replicas sweep side by side without waiting on
+# each other; the UPSERT still wins only an expired lease.
+_STEAL = """
+WITH found AS (
+    SELECT r.id, l.worker_id AS previous_worker, l.expires_at AS expired_at
+    FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id
+    WHERE r.status IN ({statuses}) AND (l.run_id IS NULL OR l.expires_at <= now())
+    ORDER BY r.created_at LIMIT %(limit)s
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+), stolen AS (
+    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
+    SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM found
+    ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,
+        expires_at = excluded.expires_at, epoch = run_locks.epoch + 1
+    WHERE run_locks.expires_at <= now()
+    RETURNING run_id, epoch
+)
+SELECT f.id, s.epoch, f.previous_worker, f.expired_at
+FROM found f LEFT JOIN stolen s ON s.run_id = f.id
 """
 
 # Lease a never-started run and write its opening events in one statement: the events and
@@ -124,6 +151,11 @@ def _api_key(row: TupleRow) -> ApiKey:
 def _event(row: TupleRow, blob: bytes | None = None) -> Event:
     run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash_ = row[:10]
     return Event(run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, blob, hash_)
+
+
+def _literal_statuses(statuses: tuple[RunStatus, ...]) -> str:
+    assert all(s in ACTIVE for s in statuses), statuses  # literals, never caller text
+    return ", ".join(f"'{s}'" for s in statuses)
 
 
 def _event_rows(
@@ -401,23 +433,47 @@ class PostgresStore:
     async def claim_runs(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Lease]:
-        # SKIP LOCKED lets replicas claim side by side without queueing on each other's rows.
-        source = (
-            "(SELECT r.id FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id"
-            " WHERE r.status = ANY(%(statuses)s) AND (l.run_id IS NULL OR l.expires_at <= now())"
-            " ORDER BY r.created_at LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED) AS c"
-        )
+        orphans = await self._steal(worker_id, ttl, limit, statuses)
+        return [o.lease for o in orphans if o.lease is not None]
+
+    async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
+        return await self._steal(worker_id, ttl, limit, ACTIVE)
+
+    async def _steal(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Orphan]:
         rows = await self._fetchall(
-            self._UPSERT_LEASE.format(source=source),
-            {
-                "worker": worker_id,
-                "ttl": ttl,
-                "reclaim": False,
-                "statuses": list(statuses),
-                "limit": limit,
-            },
+            _STEAL.format(statuses=_literal_statuses(statuses)),
+            {"worker": worker_id, "ttl": ttl, "limit": limit},
         )
-        return [Lease(r[0], worker_id, r[1]) for r in rows]
+        return [
+            Orphan(r[0], None if r[1] is None else Lease(r[0], worker_id, r[1]), r[2], r[3])
+            for r in rows
+        ]
+
+    async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO workers (id, started_at, heartbeat_at) VALUES (%s, %s, now())"
+                " ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at,"
+                " heartbeat_at = now(), stopped_at = NULL",
+                (worker_id, started_at),
+            )
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute("UPDATE workers SET stopped_at = now() WHERE id = %s", (worker_id,))
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        rows = await self._fetchall(
+            "SELECT w.id, w.started_at, w.heartbeat_at, w.stopped_at,"
+            " COALESCE(array_agg(l.run_id ORDER BY l.run_id)"
+            "  FILTER (WHERE l.run_id IS NOT NULL), '{}')"
+            " FROM workers w LEFT JOIN run_locks l"
+            "  ON l.worker_id = w.id AND l.expires_at > now()"
+            " GROUP BY w.id ORDER BY w.id"
+        )
+        return [WorkerInfo(r[0], r[1], r[2], r[3], tuple(r[4])) for r in rows]
 
     async def runs_leased_by(self, worker_id: str) -> list[str]:
         rows = await self._fetchall(

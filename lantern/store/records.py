@@ -61,6 +61,25 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Orphan:
+    """A run found with no live lease, and the lease a sweep stole for it (None: lost race)."""
+
+    run_id: str
+    lease: Lease | None
+    previous_worker: str | None
+    expired_at: datetime | None  # when the previous lease ran out; None when there was none
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    runs: tuple[str, ...]  # the runs it holds live leases on
+
+
+@dataclass(frozen=True)
 class Blob:
     """A large payload stored once, content-addressed, and referenced from events."""
 

@@ -22,6 +22,7 @@ from lantern.store.codec import dumps, loads_or_none
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
 from lantern.store.records import (
+    ACTIVE,
     TERMINAL,
     AgentVersion,
     ApiKey,
@@ -29,9 +30,11 @@ from lantern.store.records import (
     Event,
     Lease,
     NewEvent,
+    Orphan,
     Run,
     RunStatus,
     RunUpdate,
+    WorkerInfo,
 )
 
 T = TypeVar("T")
@@ -369,19 +372,77 @@ class SQLiteStore:
     async def claim_runs(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Lease]:
+        orphans = await self._steal(worker_id, ttl, limit, statuses)
+        return [o.lease for o in orphans if o.lease is not None]
+
+    async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
+        return await self._steal(worker_id, ttl, limit, ACTIVE)
+
+    async def _steal(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Orphan]:
         marks = ",".join("?" * len(statuses))
         sql = (
-            "SELECT r.id FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id"
+            "SELECT r.id, l.worker_id, l.expires_at FROM runs r"
+            " LEFT JOIN run_locks l ON l.run_id = r.id"
             f" WHERE r.status IN ({marks}) AND (l.run_id IS NULL OR l.expires_at <= ?)"
             " ORDER BY r.created_at LIMIT ?"
         )
 
-        def tx(conn: sqlite3.Connection) -> list[Lease]:
-            ids = [r[0] for r in conn.execute(sql, (*statuses, time.time(), limit))]
-            won = (self._upsert_lease(conn, i, worker_id, ttl, False) for i in ids)
-            return [lease for lease in won if lease is not None]
+        def tx(conn: sqlite3.Connection) -> list[Orphan]:
+            found = conn.execute(sql, (*statuses, time.time(), limit)).fetchall()
+            return [
+                Orphan(
+                    run_id,
+                    self._upsert_lease(conn, run_id, worker_id, ttl, False),
+                    previous,
+                    None if expired is None else _time(expired),
+                )
+                for run_id, previous, expired in found
+            ]
 
         return await self._write(tx)
+
+    # -- workers ----------------------------------------------------------------------
+
+    async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
+        sql = (
+            "INSERT INTO workers (id, started_at, heartbeat_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at,"
+            " heartbeat_at = excluded.heartbeat_at, stopped_at = NULL"
+        )
+        args = (worker_id, started_at.timestamp(), time.time())
+        await self._write(lambda c: c.execute(sql, args))
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        args = (time.time(), worker_id)
+        await self._write(
+            lambda c: c.execute("UPDATE workers SET stopped_at = ? WHERE id = ?", args)
+        )
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        def tx(conn: sqlite3.Connection) -> list[WorkerInfo]:
+            now = time.time()
+            workers = conn.execute("SELECT * FROM workers ORDER BY id").fetchall()
+            return [
+                WorkerInfo(
+                    w[0],
+                    _time(w[1]),
+                    _time(w[2]),
+                    None if w[3] is None else _time(w[3]),
+                    tuple(
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT run_id FROM run_locks WHERE worker_id = ? AND expires_at > ?"
+                            " ORDER BY run_id",
+                            (w[0], now),
+                        )
+                    ),
+                )
+                for w in workers
+            ]
+
+        return await self._read(tx)
 
     async def runs_leased_by(self, worker_id: str) -> list[str]:
         sql = (

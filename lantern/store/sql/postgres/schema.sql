@@ -86,3 +86,9 @@ CREATE TABLE api_keys (
     created_at   timestamptz NOT NULL DEFAULT now(),
     revoked_at   timestamptz
 );
+CREATE TABLE workers (
+    id            text        PRIMARY KEY,
+    started_at    timestamptz NOT NULL,
+    heartbeat_at  timestamptz NOT NULL,
+    stopped_at    timestamptz
+);

@@ -84,3 +84,9 @@ CREATE TABLE api_keys (
     created_at   REAL NOT NULL,
     revoked_at   REAL
 );
+CREATE TABLE workers (
+    id            TEXT PRIMARY KEY,
+    started_at    REAL NOT NULL,
+    heartbeat_at  REAL NOT NULL,
+    stopped_at    REAL
+);

@@ -1,0 +1,43 @@
+"""`lantern workers list`: the replicas, their last heartbeat and the runs they hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import click
+from rich.table import Table
+
+from lantern.cli.common import console, opened, run, settings, with_database
+
+
+@click.group()
+def workers() -> None:
+    """The replicas sharing this database."""
+
+
+@workers.command("list")
+@click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+@click.pass_context
+def list_workers(ctx: click.Context, database_url: str | None) -> None:
+    """Each replica's id, last heartbeat and the runs it holds leases on."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.list_workers()
+        now = datetime.now(UTC)
+        table = Table("worker", "started", "last heartbeat", "state", "runs held")
+        for w in found:
+            ago = (now - w.heartbeat_at).total_seconds()
+            state = "stopped" if w.stopped_at else f"heartbeat {ago:.0f}s ago"
+            table.add_row(
+                w.id,
+                w.started_at.isoformat(" ", "seconds"),
+                w.heartbeat_at.isoformat(" ", "seconds"),
+                state,
+                ", ".join(w.runs) or "-",
+            )
+        console().print(table)
+
+    run(body)

@@ -1,0 +1,77 @@
+"""The recovery sweep (RunRecoveryLoop): find orphaned runs, steal their leases, re-drive them.
+
+Every `lantern serve` runs one: a pass right after start, then every
+``LANTERN_RECOVERY_INTERVAL``. A pass finds at most ``BATCH`` queued or running runs whose
+lease is absent or expired, oldest first, and steals each lease with the UPSERT that wins only
+an expired lease (a new epoch, so the old holder is fenced). Several replicas may sweep at
+once: each orphan goes to exactly one, and the losers skip it silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import UTC, datetime
+
+from lantern.observability import metrics
+from lantern.store.base import Store
+from lantern.store.records import Lease, Orphan
+
+log = logging.getLogger("lantern.recovery")
+
+BATCH = 20
+_NEVER = datetime(2000, 1, 1, tzinfo=UTC)  # released leases expire at the epoch: no latency
+
+
+class RecoveryLoop:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        worker_id: str,
+        ttl: float,
+        interval: float,
+        free_slots: Callable[[], int],
+        start: Callable[[str, Lease], None],
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.ttl = ttl
+        self.interval = interval
+        self._free_slots = free_slots
+        self._start = start
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                await self.sweep()
+            except Exception as exc:  # the database is away: the next pass tries again
+                log.warning("recovery sweep failed: %s", exc)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.interval)
+
+    async def sweep(self) -> list[Orphan]:
+        """One pass; returns the orphans found (with the leases won)."""
+        metrics.SWEEPS.inc()
+        limit = min(BATCH, self._free_slots())
+        if limit <= 0:
+            return []
+        orphans = await self.store.recover_orphans(self.worker_id, self.ttl, limit)
+        now = datetime.now(UTC)
+        metrics.ORPHANS_FOUND.inc(len(orphans))
+        for orphan in orphans:
+            if orphan.lease is None:
+                continue  # another replica won it
+            metrics.LEASES_STOLEN.inc()
+            if orphan.expired_at is not None and orphan.expired_at > _NEVER:
+                metrics.RECOVERY_LATENCY.observe((now - orphan.expired_at).total_seconds())
+            log.info(
+                "recovering run %s from %s (epoch %s)",
+                orphan.run_id,
+                orphan.previous_worker or "nobody",
+                orphan.lease.epoch,
+            )
+            self._start(orphan.run_id, orphan.lease)
+        return orphans

@@ -1,0 +1,1 @@
+"""Metrics (Prometheus) and, in their own issue, traces."""
