@@ -50,3 +50,12 @@ def test_cli_over_the_api(api_server: Server, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "not found" in missing.stderr
     wrong = lantern(api_server, "lk_wrong_key", "runs", "list")
     assert wrong.returncode == 1 and len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_workers_list_shows_the_running_replica(api_server: Server) -> None:
+    env = {**os.environ, "LANTERN_DATABASE_URL": api_server.database_url, "COLUMNS": "200"}
+    shown = subprocess.run(
+        [LANTERN, "workers", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"test-{api_server.port}" in shown.stdout and "heartbeat" in shown.stdout

@@ -288,3 +288,16 @@ def test_cancel_a_running_and_a_queued_run(
     finally:
         receiver.release()
         server.stop()
+
+
+def test_workers_are_listed_for_admins(api_server: Server, alice: Caller) -> None:
+    admin = Caller(api_server, make_key(api_server.database_url, "alice", "admin"))
+    workers = admin.get("/v1/workers").json()["items"]
+    me = [w for w in workers if w["id"] == f"test-{api_server.port}"]
+    assert len(me) == 1 and me[0]["alive"] and me[0]["runs"] == []
+    is_problem(alice.get("/v1/workers"), 403)  # every scope but admin
+    metrics = alice.get("/metrics").text
+    sweeps = [
+        line for line in metrics.splitlines() if line.startswith("lantern_recovery_sweeps_total")
+    ]
+    assert sweeps and float(sweeps[0].split()[-1]) >= 1

@@ -229,3 +229,29 @@ async def test_a_long_step_keeps_its_lease_renewed(store: Store) -> None:
             assert await store.acquire_lease(run.id, "thief", ttl=60) is None
         done = await driving
     assert done is not None and done.status == "succeeded"
+
+
+async def test_a_run_that_keeps_crashing_fails_with_recovery_exhausted(store: Store) -> None:
+    class Crash(BaseException):
+        pass
+
+    app = lantern.App()
+
+    @app.tool("poison")
+    async def poison() -> None:
+        raise Crash  # like a step that takes its process down every time
+
+    await apply_agent(store, graph("poison", [tool("p", "poison")], [("start", "p")]))
+    run = await create_run(store, "poison", {})
+    for _ in range(3):  # the first drive and two recoveries crash
+        async with Worker(store, app, worker_id="w1", lease_ttl=60, max_recoveries=2) as w:
+            assert w.runner is not None
+            with pytest.raises(Crash):
+                await w.runner.drive(run.id)
+    async with Worker(store, app, worker_id="w1", lease_ttl=60, max_recoveries=2) as w:
+        assert w.runner is not None
+        done = await w.runner.drive(run.id)
+    assert done is not None and done.status == "failed"
+    assert done.error["code"] == "recovery_exhausted" and done.error["recoveries"] == 2
+    kinds = [e.kind for e in await store.events(run.id)]
+    assert kinds.count("run_recovered") == 2 and kinds[-1] == "run_failed"
