@@ -80,7 +80,9 @@ class StepError(LanternError):
         super().__init__(message)
 
     def to_json(self) -> dict[str, object]:
-        return {"message": str(self), "class": self.error_class, "retryable": self.retryable}
+        # The message may quote anything a tool or a peer said: keep it storable.
+        message = str(self).replace("\x00", "\\0").encode(errors="replace").decode()
+        return {"message": message, "class": self.error_class, "retryable": self.retryable}
 
 
 class TemplateError(StepError):

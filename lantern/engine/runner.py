@@ -36,7 +36,7 @@ from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.observability import metrics
 from lantern.store.base import Store
-from lantern.store.codec import dumps
+from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
 
 log = logging.getLogger("lantern.runner")
@@ -278,9 +278,12 @@ class _Drive:
                 if exc is None:
                     try:
                         body = dumps(task.result())
+                        problem = text_problem(body)
                     except (TypeError, ValueError) as err:
+                        problem = f"it is not JSON: {err}"
+                    if problem is not None:
                         exc = StepError(
-                            f"step {step!r} returned a value that is not JSON: {err}",
+                            f"step {step!r} returned a value the journal cannot store: {problem}",
                             error_class="tool",
                         )
                     else:

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern.engine.graph import parse_agent
-from lantern.errors import Conflict, NotFound
+from lantern.errors import Conflict, DefinitionError, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
+from lantern.store.codec import value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
@@ -20,6 +21,9 @@ async def apply_agent(
     store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
 ) -> AgentVersion:
     """Validate (raising DefinitionError with every problem) and store a new version."""
+    problem = value_problem(definition)
+    if problem is not None:
+        raise DefinitionError([f"the definition cannot be stored: {problem}"])
     graph = parse_agent(definition)
     return await store.put_agent(workspace, graph.name, definition)
 
@@ -37,20 +41,16 @@ async def create_run(
     With an idempotency key, a repeated request gets the run the first one created, and a
     different request under the same key is a Conflict.
     """
+    problem = value_problem([agent_name, input])
+    if problem is not None:
+        raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
     digest = _request_digest(agent_name, input)
-    if idempotency_key is not None:
-        found = await store.run_for_key(workspace, idempotency_key)
-        if found is not None:
-            return _same_request(found, digest, idempotency_key)
-    agent = await store.get_agent(workspace, agent_name)
-    if agent is None:
-        raise NotFound(f"agent {agent_name!r} not found (apply it first)")
     now = datetime.now(UTC)
     run = Run(
         id=new_run_id(),
         workspace=workspace,
-        agent_name=agent.name,
-        agent_version=agent.version,
+        agent_name=agent_name,
+        agent_version=0,  # the store pins the newest version in the same statement
         status="queued",
         input=input,
         output=None,
@@ -59,14 +59,13 @@ async def create_run(
         updated_at=now,
     )
     try:
-        await store.create_run(run, idempotency_key=idempotency_key, request_digest=digest)
+        return await store.create_run(run, idempotency_key=idempotency_key, request_digest=digest)
     except Conflict:
         assert idempotency_key is not None
         found = await store.run_for_key(workspace, idempotency_key)
         if found is None:
             raise
-        return _same_request(found, digest, idempotency_key)  # a concurrent twin won
-    return run
+        return _same_request(found, digest, idempotency_key)  # a retry, or a concurrent twin
 
 
 def _request_digest(agent_name: str, input: Any) -> str:

@@ -20,7 +20,8 @@ from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.server import problems
 from lantern.server.deps import Services
-from lantern.server.limits import BodyLimit
+from lantern.server.limits import Guard
+from lantern.server.openapi import document
 from lantern.server.routes import agents, health, runs, workers
 from lantern.store.base import open_store
 
@@ -58,4 +59,5 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
     problems.install(api)
     for module in (runs, agents, workers, health):
         api.include_router(module.router)
-    return BodyLimit(api, settings.max_body_bytes)
+    api.openapi = lambda: document(api)  # type: ignore[method-assign]
+    return Guard(api, settings.max_body_bytes)

@@ -1,41 +1,35 @@
-"""Refusals made before a request reaches a route: bodies too large, bodies not JSON."""
+"""The edge of the app: refusals made before a request reaches a route (bodies too large or
+not JSON, NUL characters), and a last catch so an unexpected error never drops a connection.
+"""
 
 from __future__ import annotations
+
+import logging
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lantern.server.problems import problem
+
+log = logging.getLogger("lantern.server")
 
 
 class _TooLarge(BaseException):  # not Exception: the framework must not turn it into a 400
     pass
 
 
-class BodyLimit:
-    """413 for a body over ``max_bytes``: at once from Content-Length, else while it streams."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+class Guard:
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            status = 413 if declared.isdigit() else 400
-            await problem(status, self._detail(status))(scope, receive, send)
-            return
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        has_body = (declared not in (None, b"0")) or b"transfer-encoding" in headers
-        if (
-            has_body
-            and scope["method"] in ("POST", "PUT", "PATCH")
-            and not (content_type == b"application/json" or content_type.endswith(b"+json"))
-        ):
-            await problem(400, "the request body must be application/json")(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await problem(*refusal)(scope, receive, send)
             return
         seen = 0
         started = False
@@ -58,9 +52,35 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await problem(413, self._detail(413))(scope, receive, send)
+                await problem(413, self._too_large)(scope, receive, send)
+        except Exception as exc:
+            # The app's own handler has answered 500 already; re-raising would make the
+            # server drop the keep-alive connection under the client.
+            log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            if not started:
+                await problem(500, "the server could not complete the request")(
+                    scope, receive, send
+                )
 
-    def _detail(self, status: int) -> str:
-        if status == 400:
-            return "the Content-Length header is not a number"
+    @property
+    def _too_large(self) -> str:
         return f"the request body is larger than {self.max_bytes} bytes"
+
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers = dict(scope["headers"])
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        if b"\x00" in unquote_to_bytes(raw_path) or b"\x00" in unquote_to_bytes(
+            scope.get("query_string", b"")
+        ):
+            return 422, "NUL characters are not accepted in the path or the query"
+        declared = headers.get(b"content-length")
+        if declared is not None and not declared.isdigit():
+            return 400, "the Content-Length header is not a number"
+        if declared is not None and int(declared) > self.max_bytes:
+            return 413, self._too_large
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        has_body = declared not in (None, b"0") or b"transfer-encoding" in headers
+        is_json = content_type == b"application/json" or content_type.endswith(b"+json")
+        if has_body and scope["method"] in ("POST", "PUT", "PATCH") and not is_json:
+            return 400, "the request body must be application/json"
+        return None

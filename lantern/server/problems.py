@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from lantern.errors import (
     Conflict,
@@ -67,7 +68,26 @@ def _http_error(request: Request, exc: Exception) -> Response:
     response = problem(exc.status_code, str(exc.detail))
     if exc.headers:
         response.headers.update(exc.headers)
+    if exc.status_code == 405:
+        # Starlette names only the first matching route's methods; a path may have several.
+        response.headers["Allow"] = ", ".join(sorted(_methods(request.app.routes, request.scope)))
     return response
+
+
+def _methods(routes: Any, scope: Any) -> set[str]:
+    """The methods of every route whose path matches, included routers searched too."""
+    allowed: set[str] = set()
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match == Match.NONE:
+            continue
+        allowed |= set(getattr(route, "methods", None) or ())
+        inner = getattr(route, "routes", None) or getattr(
+            getattr(route, "original_router", None), "routes", None
+        )
+        if inner:
+            allowed |= _methods(inner, scope)
+    return allowed
 
 
 def _validation_error(request: Request, exc: Exception) -> Response:
@@ -83,7 +103,7 @@ def _validation_error(request: Request, exc: Exception) -> Response:
 
 def _unexpected(request: Request, exc: Exception) -> Response:
     # The detail stays generic: an exception's text may carry a secret or a driver's message.
-    log.exception("request %s %s failed", request.method, request.url.path)
+    # (The Guard around the app logs it with its traceback.)
     return problem(500, "the server could not complete the request")
 
 

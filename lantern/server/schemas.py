@@ -95,7 +95,22 @@ class Problem(BaseModel):
     errors: list[str] | None = None
 
 
+# Error answers are documented as application/problem+json of the Problem schema (openapi.py
+# puts the schema in); FastAPI's "model" would document them as application/json.
 PROBLEMS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}}
-    for status in (400, 401, 403, 404, 409, 413, 422)
+    status: {
+        "description": description,
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
+    }
+    for status, description in (
+        (400, "malformed body"),
+        (401, "no, unknown or revoked API key"),
+        (403, "missing scope, or another workspace's object"),
+        (404, "unknown run or agent"),
+        (409, "conflict"),
+        (413, "body too large"),
+        (422, "invalid definition or input"),
+    )
 }

@@ -52,8 +52,9 @@ class Store(Protocol):
     # runs
     async def create_run(
         self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
-    ) -> None:
-        """Store a new run; raise Conflict when the workspace already used the key."""
+    ) -> Run:
+        """Store a new run pinned to its agent's newest version, in one statement, and return
+        it; raise NotFound for an unknown agent, Conflict when the key was already used."""
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         """The run created with this key, and the digest of the request that created it."""

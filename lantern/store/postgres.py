@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from lantern.errors import Conflict, LeaseLost, StoreError
+from lantern.errors import Conflict, LeaseLost, NotFound, StoreError
 from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
@@ -104,6 +105,17 @@ WITH found AS (
 )
 SELECT f.id, s.epoch, f.previous_worker, f.expired_at
 FROM found f LEFT JOIN stolen s ON s.run_id = f.id
+"""
+
+# Pins the agent's newest version in the same statement (one round trip per create).
+_CREATE_RUN = """
+INSERT INTO runs (id, workspace, agent_name, agent_version, status, input, created_at,
+                  updated_at, idempotency_key, request_digest)
+SELECT %(id)s, workspace, name, version, %(status)s, %(input)s, %(created)s, %(created)s,
+       %(key)s, %(digest)s
+FROM agents WHERE workspace = %(workspace)s AND name = %(agent)s
+ORDER BY version DESC LIMIT 1
+RETURNING agent_version
 """
 
 # Lease a never-started run and write its opening events in one statement: the events and
@@ -295,33 +307,26 @@ class PostgresStore:
 
     async def create_run(
         self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
-    ) -> None:
-        args = (
-            run.id,
-            run.workspace,
-            run.agent_name,
-            run.agent_version,
-            run.status,
-            Jsonb(run.input),
-            _json_or_none(run.output),
-            _json_or_none(run.error),
-            run.created_at,
-            run.updated_at,
-            run.cancel_requested,
-            idempotency_key,
-            request_digest,
-        )
-        sql = (
-            f"INSERT INTO runs ({_RUN_COLUMNS}, idempotency_key, request_digest)"
-            f" VALUES ({', '.join(['%s'] * len(args))})"
-        )
+    ) -> Run:
+        args = {
+            "id": run.id,
+            "workspace": run.workspace,
+            "agent": run.agent_name,
+            "status": run.status,
+            "input": Jsonb(run.input),
+            "created": run.created_at,
+            "key": idempotency_key,
+            "digest": request_digest,
+        }
         try:
-            async with self._pool.connection() as conn:
-                await conn.execute(sql.encode(), args)
+            row = await self._fetchone(_CREATE_RUN, args)
         except psycopg.errors.UniqueViolation as exc:
             if idempotency_key is not None and "idempotency" in str(exc):
                 raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
             raise StoreError(f"run {run.id}: {exc}") from exc
+        if row is None:
+            raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
+        return replace(run, agent_version=row[0])
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         row = await self._fetchone(

@@ -13,11 +13,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lantern.errors import Conflict, LeaseLost, StoreError
+from lantern.errors import Conflict, LeaseLost, NotFound, StoreError
 from lantern.store.codec import dumps, loads_or_none
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.migrations import migrations
@@ -235,32 +236,35 @@ class SQLiteStore:
 
     async def create_run(
         self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
-    ) -> None:
+    ) -> Run:
+        sql = (
+            "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
+            " created_at, updated_at, idempotency_key, request_digest)"
+            " SELECT ?, workspace, name, version, ?, ?, ?, ?, ?, ?"
+            " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
+            " RETURNING agent_version"
+        )
+        created = run.created_at.timestamp()
         args = (
             run.id,
-            run.workspace,
-            run.agent_name,
-            run.agent_version,
             run.status,
             dumps(run.input),
-            None if run.output is None else dumps(run.output),
-            None if run.error is None else dumps(run.error),
-            run.created_at.timestamp(),
-            run.updated_at.timestamp(),
-            run.cancel_requested,
+            created,
+            created,
             idempotency_key,
             request_digest,
-        )
-        sql = (
-            f"INSERT INTO runs ({_RUN_COLUMNS}, idempotency_key, request_digest)"
-            f" VALUES ({', '.join('?' * len(args))})"
+            run.workspace,
+            run.agent_name,
         )
         try:
-            await self._write(lambda c: c.execute(sql, args))
+            row = await self._write(lambda c: c.execute(sql, args).fetchone())
         except sqlite3.IntegrityError as exc:
             if idempotency_key is not None and "idempotency_key" in str(exc):
                 raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
             raise StoreError(f"run {run.id}: {exc}") from exc
+        if row is None:
+            raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
+        return replace(run, agent_version=row[0])
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         sql = (

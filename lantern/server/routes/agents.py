@@ -55,7 +55,7 @@ async def get(
     name: Name,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("agents:read"))],
-    version: Annotated[int | None, Query(ge=1)] = None,
+    version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> dict[str, Any]:
     agent = await services(request).store.get_agent(key.workspace, name, version)
     if agent is None:

@@ -33,7 +33,10 @@ def decode_cursor(cursor: str | None) -> str | None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+        value = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+        if "\x00" in value:
+            raise ValueError("NUL")
+        return value
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError("cursor is not one this API gave out") from exc
 
@@ -43,7 +46,7 @@ async def create(
     body: CreateRun,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("runs:execute"))],
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
 ) -> JSONResponse:
     s = services(request)
     run = await create_run(
@@ -98,7 +101,7 @@ async def events(
     run_id: str,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("runs:read"))],
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> dict[str, Any]:
     store = services(request).store
