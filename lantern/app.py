@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
 
@@ -16,6 +17,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 CommitListener = Callable[[str, Sequence[NewEvent]], None]
 
 
+DeliverOnce = Callable[[str, Callable[[], Any]], Awaitable[Any]]
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a tool may know about the step it runs in; ``idempotency_key`` is stable per attempt."""
@@ -24,6 +28,23 @@ class ToolContext:
     step_id: str
     attempt: int
     idempotency_key: str
+    _deliver: DeliverOnce | None = None
+
+    async def deliver_once(self, name: str, dispatch: Callable[[], Any]) -> Any:
+        """Make the delivery ``name`` (a payment, a ticket, a post) at most once per step.
+
+        ``dispatch`` (sync or async) is called only if this step has not delivered ``name``
+        before; a re-drive gets the recorded answer back instead. Pass
+        ``ctx.idempotency_key`` (or ``ctx.key_for(name)`` when one receiver gets several
+        deliveries of this step) to receivers that de-duplicate.
+        """
+        if self._deliver is None:
+            raise UsageError("deliver_once needs a step run by Lantern's engine")
+        return await self._deliver(name, dispatch)
+
+    def key_for(self, name: str) -> str:
+        """An idempotency key of its own for the delivery ``name`` of this step attempt."""
+        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from lantern.app import App
+from lantern.effects.claims import Deliveries
 from lantern.engine import interpreter
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import Graph, parse_agent
@@ -325,18 +326,22 @@ class _Drive:
     def _spawn(self, step: str, attempt: int) -> None:
         node = self.graph.nodes[step]
         visible = interpreter.ancestors(self.graph, step)
+        key = idempotency_key(self.run.id, step, attempt)
         ctx = StepContext(
             run_id=self.run.id,
             step_id=step,
             node=node,
             attempt=attempt,
-            idempotency_key=idempotency_key(self.run.id, step, attempt),
+            idempotency_key=key,
             scope={
                 "input": self.run.input,
                 "steps": {s: {"output": o} for s, o in self.outputs.items() if s in visible},
             },
             app=self.r.app,
             http=self.r.http,
+            deliveries=Deliveries(
+                self.r.store, self.lease, step_id=step, attempt=attempt, idempotency_key=key
+            ),
         )
         task = asyncio.ensure_future(executor_for(node.type)(ctx))
         self.tasks[task] = step

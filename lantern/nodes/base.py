@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from lantern.app import App, ToolContext
+from lantern.effects.claims import Deliveries
 from lantern.engine import templates
 from lantern.engine.graph import Node
 
@@ -23,6 +24,7 @@ class StepContext:
     scope: Mapping[str, Any]  # what templates see: input and steps.<id>.output
     app: App
     http: httpx.AsyncClient
+    deliveries: Deliveries
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""
@@ -31,7 +33,9 @@ class StepContext:
         )
 
     def tool_context(self) -> ToolContext:
-        return ToolContext(self.run_id, self.step_id, self.attempt, self.idempotency_key)
+        return ToolContext(
+            self.run_id, self.step_id, self.attempt, self.idempotency_key, self.deliveries.once
+        )
 
 
 NodeExecutor = Callable[[StepContext], Awaitable[Any]]

@@ -10,6 +10,8 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Delivery,
+    DeliveryStatus,
     Event,
     Lease,
     NewEvent,
@@ -134,6 +136,19 @@ class Store(Protocol):
 
         None, with nothing written, when the run has started or another worker holds it.
         """
+
+    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
+        """Claim a delivery before dispatching it, fenced by the lease: insert it as claimed,
+        or take over a failed one for this attempt; return the receipt as stored (a delivered
+        or claimed one is returned unchanged). LeaseLost when the lease is gone."""
+
+    async def finish_delivery(
+        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
+    ) -> None:
+        """Record a claimed delivery's outcome, fenced by the lease."""
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        """A run's receipts, in the order they were claimed."""
 
     async def append(self, batch: Append) -> None:
         """Write events and the run update in one transaction, or raise LeaseLost.

@@ -30,6 +30,8 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Delivery,
+    DeliveryStatus,
     Event,
     Lease,
     NewEvent,
@@ -105,6 +107,45 @@ WITH found AS (
 )
 SELECT f.id, s.epoch, f.previous_worker, f.expired_at
 FROM found f LEFT JOIN stolen s ON s.run_id = f.id
+"""
+
+_RECEIPT_COLUMNS = (
+    "run_id, step_id, delivery, attempt, idempotency_key, kind, target, status, response,"
+    " claimed_at, completed_at"
+)
+
+# Claim a delivery under the lease (a share lock on the lease row orders it with any steal):
+# a new receipt, or a failed one taken over for this attempt; otherwise the stored receipt.
+# No row at all: the lease is gone.
+_CLAIM = f"""
+WITH fenced AS (
+    SELECT run_id FROM run_locks WHERE run_id = %(run)s AND epoch = %(epoch)s FOR SHARE
+), claimed AS (
+    INSERT INTO side_effect_receipts
+        (run_id, step_id, delivery, attempt, idempotency_key, kind, target, status)
+    SELECT run_id, %(step)s, %(name)s, %(attempt)s, %(key)s, %(kind)s, %(target)s, 'claimed'
+    FROM fenced
+    ON CONFLICT (run_id, step_id, delivery) DO UPDATE SET attempt = excluded.attempt,
+        idempotency_key = excluded.idempotency_key, status = 'claimed', response = NULL,
+        claimed_at = now(), completed_at = NULL
+    WHERE side_effect_receipts.status = 'failed'
+    RETURNING {_RECEIPT_COLUMNS}
+)
+SELECT {_RECEIPT_COLUMNS} FROM claimed
+UNION ALL
+SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts
+WHERE run_id = %(run)s AND step_id = %(step)s AND delivery = %(name)s
+  AND EXISTS (SELECT 1 FROM fenced) AND NOT EXISTS (SELECT 1 FROM claimed)
+"""
+
+_FINISH = """
+WITH fenced AS (
+    SELECT run_id FROM run_locks WHERE run_id = %(run)s AND epoch = %(epoch)s FOR SHARE
+)
+UPDATE side_effect_receipts SET status = %(status)s, response = %(response)s::jsonb,
+    completed_at = now()
+WHERE run_id IN (SELECT run_id FROM fenced) AND step_id = %(step)s AND delivery = %(name)s
+RETURNING 1
 """
 
 # Pins the agent's newest version in the same statement (one round trip per create).
@@ -529,6 +570,49 @@ class PostgresStore:
         except psycopg.errors.IntegrityError:
             return None  # the same worker id raced itself to start it; the other one did
         return None if row is None else Lease(run_id, worker_id, row[0])
+
+    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
+        row = await self._fetchone(
+            _CLAIM,
+            {
+                "run": lease.run_id,
+                "epoch": lease.epoch,
+                "step": delivery.step_id,
+                "name": delivery.name,
+                "attempt": delivery.attempt,
+                "key": delivery.idempotency_key,
+                "kind": delivery.kind,
+                "target": delivery.target,
+            },
+        )
+        if row is None:
+            raise LeaseLost(lease.run_id, lease.epoch)
+        return Delivery(*row)
+
+    async def finish_delivery(
+        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
+    ) -> None:
+        row = await self._fetchone(
+            _FINISH,
+            {
+                "run": lease.run_id,
+                "epoch": lease.epoch,
+                "step": delivery.step_id,
+                "name": delivery.name,
+                "status": status,
+                "response": _json_or_none(response),
+            },
+        )
+        if row is None:
+            raise LeaseLost(lease.run_id, lease.epoch)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        rows = await self._fetchall(
+            f"SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts WHERE run_id = %s"
+            " ORDER BY claimed_at, step_id, delivery",
+            (run_id,),
+        )
+        return [Delivery(*r) for r in rows]
 
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)

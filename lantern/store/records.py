@@ -60,6 +60,26 @@ class Lease:
     epoch: int
 
 
+DeliveryStatus = Literal["claimed", "delivered", "failed"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A side_effect_receipts row: one named delivery of one step, claimed before dispatch."""
+
+    run_id: str
+    step_id: str
+    name: str
+    attempt: int
+    idempotency_key: str
+    kind: str  # email, http, tool, ...
+    target: str | None
+    status: DeliveryStatus = "claimed"
+    response: Any = None  # the receiver's answer, or the error
+    claimed_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
 @dataclass(frozen=True)
 class Orphan:
     """A run found with no live lease, and the lease a sweep stole for it (None: lost race)."""

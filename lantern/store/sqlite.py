@@ -28,6 +28,8 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Delivery,
+    DeliveryStatus,
     Event,
     Lease,
     NewEvent,
@@ -65,6 +67,35 @@ def _run(row: sqlite3.Row) -> Run:
         updated_at=_time(row[9]),
         cancel_requested=bool(row[10]),
     )
+
+
+_RECEIPT_COLUMNS = (
+    "run_id, step_id, delivery, attempt, idempotency_key, kind, target, status, response,"
+    " claimed_at, completed_at"
+)
+
+
+def _delivery(row: sqlite3.Row) -> Delivery:
+    run_id, step_id, name, attempt, key, kind, target, status = row[:8]
+    return Delivery(
+        run_id,
+        step_id,
+        name,
+        attempt,
+        key,
+        kind,
+        target,
+        status,
+        response=loads_or_none(row[8]),
+        claimed_at=_time(row[9]),
+        completed_at=None if row[10] is None else _time(row[10]),
+    )
+
+
+def _fence(conn: sqlite3.Connection, lease: Lease) -> None:
+    row = conn.execute("SELECT epoch FROM run_locks WHERE run_id = ?", (lease.run_id,)).fetchone()
+    if row is None or row[0] != lease.epoch:
+        raise LeaseLost(lease.run_id, lease.epoch)
 
 
 def _api_key(row: sqlite3.Row) -> ApiKey:
@@ -488,6 +519,67 @@ class SQLiteStore:
             return lease
 
         return await self._write(tx)
+
+    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
+        d = delivery
+
+        def tx(conn: sqlite3.Connection) -> Delivery:
+            _fence(conn, lease)
+            conn.execute(
+                "INSERT INTO side_effect_receipts (run_id, step_id, delivery, attempt,"
+                " idempotency_key, kind, target, status, claimed_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?)"
+                " ON CONFLICT (run_id, step_id, delivery) DO UPDATE SET"
+                " attempt = excluded.attempt, idempotency_key = excluded.idempotency_key,"
+                " status = 'claimed', response = NULL, claimed_at = excluded.claimed_at,"
+                " completed_at = NULL WHERE side_effect_receipts.status = 'failed'",
+                (
+                    d.run_id,
+                    d.step_id,
+                    d.name,
+                    d.attempt,
+                    d.idempotency_key,
+                    d.kind,
+                    d.target,
+                    time.time(),
+                ),
+            )
+            row = conn.execute(
+                f"SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts"
+                " WHERE run_id = ? AND step_id = ? AND delivery = ?",
+                (d.run_id, d.step_id, d.name),
+            ).fetchone()
+            return _delivery(row)
+
+        return await self._write(tx)
+
+    async def finish_delivery(
+        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _fence(conn, lease)
+            conn.execute(
+                "UPDATE side_effect_receipts SET status = ?, response = ?, completed_at = ?"
+                " WHERE run_id = ? AND step_id = ? AND delivery = ?",
+                (
+                    status,
+                    None if response is None else dumps(response),
+                    time.time(),
+                    delivery.run_id,
+                    delivery.step_id,
+                    delivery.name,
+                ),
+            )
+
+        await self._write(tx)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        sql = (
+            f"SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts WHERE run_id = ?"
+            " ORDER BY claimed_at, step_id, delivery"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
+        return [_delivery(r) for r in rows]
 
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)

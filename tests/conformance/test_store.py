@@ -282,3 +282,44 @@ async def test_workers_heartbeat_and_show_the_runs_they_hold(store: Store) -> No
     assert workers["w1"].runs == (run.id,) and workers["w1"].stopped_at is None
     assert workers["w2"].runs == () and workers["w2"].stopped_at is not None
     assert workers["w1"].heartbeat_at >= started - timedelta(seconds=1)
+
+
+async def test_a_delivery_is_claimed_once_and_its_outcome_kept(store: Store) -> None:
+    from lantern.store.records import Delivery
+
+    run = await new_run(store)
+    lease = await store.acquire_lease(run.id, "w1", ttl=60)
+    assert lease is not None
+    claim = Delivery(run.id, "s", "mail", 1, "k" * 64, "email", "ada@example.test")
+    first = await store.claim_delivery(lease, claim)
+    assert first.status == "claimed" and first.claimed_at is not None
+    again = await store.claim_delivery(lease, claim)  # claimed, no outcome: a crash mid-send
+    assert again.status == "claimed"
+    await store.finish_delivery(lease, first, "delivered", {"accepted": True})
+    done = await store.claim_delivery(lease, claim)
+    assert (done.status, done.response) == ("delivered", {"accepted": True})
+    failing = Delivery(run.id, "s", "post", 1, "k" * 64, "http", None)
+    await store.finish_delivery(lease, await store.claim_delivery(lease, failing), "failed", {})
+    retaken = await store.claim_delivery(
+        lease, Delivery(run.id, "s", "post", 2, "j" * 64, "http", None)
+    )
+    assert (retaken.status, retaken.attempt) == ("claimed", 2)
+    listed = await store.deliveries(run.id)
+    assert [(d.name, d.status) for d in listed] == [("mail", "delivered"), ("post", "claimed")]
+
+
+async def test_a_delivery_claim_is_fenced_by_the_lease(store: Store) -> None:
+    from lantern.store.records import Delivery
+
+    run = await new_run(store)
+    old = await store.acquire_lease(run.id, "w1", ttl=60)
+    assert old is not None
+    claim = Delivery(run.id, "s", "mail", 1, "k" * 64, "email", None)
+    receipt = await store.claim_delivery(old, claim)
+    new = await store.acquire_lease(run.id, "w1", ttl=60)  # a new epoch takes over
+    assert new is not None
+    with pytest.raises(LeaseLost):
+        await store.claim_delivery(old, claim)
+    with pytest.raises(LeaseLost):
+        await store.finish_delivery(old, receipt, "delivered", {})
+    assert [d.status for d in await store.deliveries(run.id)] == ["claimed"]
