@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lantern.store.records import AgentVersion, Event
+from lantern.store.records import AgentVersion, Delivery, Event
 
 
 def run_json(run: Any) -> dict[str, Any]:
@@ -22,6 +22,23 @@ def run_json(run: Any) -> dict[str, Any]:
         # Model calls (and so tokens and cost) arrive with the model layer.
         "usage": {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0},
         "cancelRequested": run.cancel_requested,
+    }
+
+
+def delivery_json(d: Delivery) -> dict[str, Any]:
+    return {
+        "runId": d.run_id,
+        "stepId": d.step_id,
+        "name": d.name,
+        "attempt": d.attempt,
+        "kind": d.kind,
+        "target": d.target,
+        # claimed and never finished: the process died mid-delivery, the outcome is unknown
+        "status": "unknown" if d.status == "claimed" else d.status,
+        "idempotencyKey": d.idempotency_key,
+        "response": d.response,
+        "claimedAt": d.claimed_at.isoformat() if d.claimed_at else None,
+        "completedAt": d.completed_at.isoformat() if d.completed_at else None,
     }
 
 

@@ -224,7 +224,8 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
             if found is None:
                 raise NotFound(f"run {run_id} not found")
             events = await store.events(run_id)
-        waterfall.render(found, events, console())
+            receipts = await store.deliveries(run_id)
+        waterfall.render(found, events, console(), receipts)
 
     run(body)
 

@@ -29,6 +29,19 @@ class Event(Protocol):
     def data(self) -> Mapping[str, Any]: ...
 
 
+class Delivery(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def step_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+
+
 class Run(Protocol):
     @property
     def id(self) -> str: ...
@@ -94,7 +107,12 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
     return rows
 
 
-def render(run: Run, events: Sequence[Event], console: Console) -> None:
+def render(
+    run: Run,
+    events: Sequence[Event],
+    console: Console,
+    deliveries: Sequence[Delivery] = (),
+) -> None:
     rows = step_rows(events)
     total = max([r.start + (r.duration or 0) for r in rows] + [0.001])
     recoveries = [e for e in events if e.kind == "run_recovered"]
@@ -127,5 +145,13 @@ def render(run: Run, events: Sequence[Event], console: Console) -> None:
             f" (epoch {e.data.get('epoch')}); replayed {len(e.data.get('replayed', []))} step(s)"
             f" from the journal, re-ran {', '.join(e.data.get('inFlight', [])) or 'nothing'}"
         )
+    if deliveries:
+        marks = Table("delivery", "step", "kind", "to", "status", box=None, pad_edge=False)
+        for d in deliveries:
+            # Claimed and never finished: the process died mid-delivery. Never hide it.
+            status = "unknown (cut off by a crash)" if d.status == "claimed" else d.status
+            style = {"delivered": "green", "failed": "red"}.get(d.status, "yellow")
+            marks.add_row(d.name, d.step_id, d.kind, d.target or "", Text(status, style=style))
+        console.print(marks)
     if run.error:
         console.print(f"[red]error:[/] {run.error}")

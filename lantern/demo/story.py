@@ -109,7 +109,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     )
     stored = await store.get_run(run.id)
     assert stored is not None
-    waterfall.render(stored, await store.events(run.id), out)
+    waterfall.render(stored, await store.events(run.id), out, await store.deliveries(run.id))
     return _deliveries(receiver, finished.status, out)
 
 

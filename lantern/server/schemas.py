@@ -62,6 +62,24 @@ class EventPage(BaseModel):
     nextAfter: int | None
 
 
+class DeliveryOut(BaseModel):
+    runId: str
+    stepId: str
+    name: str
+    attempt: int
+    kind: str
+    target: str | None
+    status: Literal["unknown", "delivered", "failed"]
+    idempotencyKey: str
+    response: Any = None
+    claimedAt: str | None
+    completedAt: str | None
+
+
+class DeliveryList(BaseModel):
+    items: list[DeliveryOut]
+
+
 class AgentOut(BaseModel):
     name: str
     version: int

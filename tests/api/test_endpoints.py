@@ -301,3 +301,20 @@ def test_workers_are_listed_for_admins(api_server: Server, alice: Caller) -> Non
         line for line in metrics.splitlines() if line.startswith("lantern_recovery_sweeps_total")
     ]
     assert sweeps and float(sweeps[0].split()[-1]) >= 1
+
+
+def test_deliveries_are_listed_with_their_status(
+    alice: Caller, bob: Caller, receiver: Receiver
+) -> None:
+    from tests.crash.test_deliver_once import deliveries_agent
+
+    alice.put("/v1/agents/pay", json=deliveries_agent(receiver.url, gate_first=False))
+    run_id = alice.post("/v1/runs", json={"agentName": "pay"}).json()["id"]
+    assert finished(alice, run_id)["status"] == "succeeded"
+    items = alice.get(f"/v1/runs/{run_id}/deliveries").json()["items"]
+    assert [(d["name"], d["status"], d["kind"]) for d in items] == [
+        ("first", "delivered", "tool"),
+        ("second", "delivered", "tool"),
+    ]
+    assert items[0]["response"] == {"path": "/first", "received": 1}
+    is_problem(bob.get(f"/v1/runs/{run_id}/deliveries"), 403)

@@ -11,6 +11,8 @@ import os
 import signal
 from collections.abc import Sequence
 
+import httpx
+
 import lantern
 from lantern.store import NewEvent
 
@@ -30,3 +32,26 @@ def crash_after(run_id: str, events: Sequence[NewEvent]) -> None:
 @app.tool("noop")
 async def noop(**kwargs: object) -> dict[str, object]:
     return dict(kwargs)
+
+
+async def _post(http: httpx.AsyncClient, url: str, key: str) -> object:
+    response = await http.post(url, json={}, headers={"Idempotency-Key": key})
+    response.raise_for_status()
+    return response.json()
+
+
+@app.tool("two_deliveries")
+async def two_deliveries(ctx: lantern.ToolContext, url: str, gate_first: bool = False) -> object:
+    """Two claimed deliveries; POST /gate (not a delivery) lets a test stop the tool there."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        if gate_first:
+            await http.post(f"{url}/gate")
+        first = await ctx.deliver_once(
+            "first", lambda: _post(http, f"{url}/first", ctx.key_for("first"))
+        )
+        if not gate_first:
+            await http.post(f"{url}/gate")
+        second = await ctx.deliver_once(
+            "second", lambda: _post(http, f"{url}/second", ctx.key_for("second"))
+        )
+    return {"first": first, "second": second}

@@ -14,9 +14,17 @@ from lantern.engine.cancel import cancel_run
 from lantern.engine.runs import create_run
 from lantern.errors import Conflict, UsageError
 from lantern.server.deps import owned_run, scope, services
-from lantern.server.schemas import PROBLEMS, CreateRun, Decision, EventPage, RunOut, RunPage
+from lantern.server.schemas import (
+    PROBLEMS,
+    CreateRun,
+    Decision,
+    DeliveryList,
+    EventPage,
+    RunOut,
+    RunPage,
+)
 from lantern.store.records import ApiKey
-from lantern.views import event_json, run_json
+from lantern.views import delivery_json, event_json, run_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
 WAIT_POLL = 0.05
@@ -112,6 +120,18 @@ async def events(
         "items": [event_json(e) for e in page],
         "nextAfter": page[-1].seq if len(found) > limit else None,
     }
+
+
+@router.get("/{run_id}/deliveries", response_model=DeliveryList)
+async def deliveries(
+    run_id: str,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:read"))],
+) -> dict[str, Any]:
+    """The run's claimed deliveries; one claimed but never finished shows as unknown."""
+    store = services(request).store
+    await owned_run(store, run_id, key)
+    return {"items": [delivery_json(d) for d in await store.deliveries(run_id)]}
 
 
 @router.post("/{run_id}/cancel", status_code=202, response_model=RunOut)
