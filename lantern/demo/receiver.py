@@ -39,6 +39,9 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: senders reuse their connections
+            disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms stall
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
