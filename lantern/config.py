@@ -52,6 +52,7 @@ class Settings:
     max_concurrent_runs: int = 64
     max_body_bytes: int = 10 * 1024 * 1024
     max_recoveries: int = 10
+    smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -67,4 +68,12 @@ class Settings:
             max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 64),
             max_body_bytes=_integer(e, "LANTERN_MAX_BODY_BYTES", 10 * 1024 * 1024),
             max_recoveries=_integer(e, "LANTERN_MAX_RECOVERIES", 10),
+            smtp_url=smtp_url(e),
         )
+
+
+def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
+    """LANTERN_SMTP_URL, or None when it is unset or empty. Email connectors read it when they
+    send (see lantern.effects.email for its forms), so a step fails clearly without it."""
+    e = os.environ if env is None else env
+    return e.get("LANTERN_SMTP_URL") or None

@@ -190,13 +190,15 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
 
 def _check_connector(where: str, data: dict[str, Any], problems: list[str]) -> None:
     kind = data.get("connector")
-    if kind == "email":
-        problems.append(f"{where}: the email connector is not available yet")
-    elif kind != "http":
-        problems.append(f"{where}: unknown connector {kind!r} (known: http)")
-        return
-    if kind != "http":
-        return
+    if kind == "http":
+        _check_http(where, data, problems)
+    elif kind == "email":
+        _check_email(where, data, problems)
+    else:
+        problems.append(f"{where}: unknown connector {kind!r} (known: email, http)")
+
+
+def _check_http(where: str, data: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(data.get("url"), str) or not data["url"]:
         problems.append(f"{where}: an http connector needs data.url")
     method = data.get("method", "POST")
@@ -205,6 +207,50 @@ def _check_connector(where: str, data: dict[str, Any], problems: list[str]) -> N
     headers = data.get("headers", {})
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         problems.append(f"{where}: data.headers must be an object of strings")
+
+
+def _check_email(where: str, data: dict[str, Any], problems: list[str]) -> None:
+    if "to" not in data:
+        problems.append(f"{where}: an email connector needs data.to, its recipients")
+    for field in ("to", "cc"):
+        if field in data and not _is_recipients(data[field], empty_ok=field == "cc"):
+            problems.append(
+                f"{where}: data.{field} must be an address or a list of addresses"
+                " (templates allowed)"
+            )
+    sender = data.get("from")
+    if "from" in data and not (isinstance(sender, str) and _is_address(sender)):
+        problems.append(f"{where}: data.from must be one address (templates allowed)")
+    if not isinstance(data.get("subject"), str):
+        problems.append(f"{where}: an email connector needs data.subject, a string")
+    parts = [f for f in ("body", "text", "html") if f in data]
+    if not parts:
+        problems.append(f"{where}: an email connector needs data.body (or data.text) or data.html")
+    if "body" in data and "text" in data:
+        problems.append(f"{where}: data.body and data.text are the same part: give one")
+    for field in parts:
+        if not isinstance(data[field], str):
+            problems.append(f"{where}: data.{field} must be a string (templates allowed)")
+    timeout = data.get("timeoutMs", 1)
+    if not _is_int(timeout) or timeout <= 0:
+        problems.append(f"{where}: data.timeoutMs must be a positive integer")
+
+
+def _is_recipients(value: Any, *, empty_ok: bool) -> bool:
+    if isinstance(value, str):
+        return _is_address(value)
+    return (
+        isinstance(value, list)
+        and (empty_ok or bool(value))
+        and all(isinstance(v, str) and _is_address(v) for v in value)
+    )
+
+
+def _is_address(value: str) -> bool:
+    """A template (checked when it renders) or a literal holding an address with an '@'."""
+    if "{{" in value or "{%" in value:
+        return True
+    return "@" in value and "\r" not in value and "\n" not in value
 
 
 def _check_retry(where: str, retry: Any, problems: list[str]) -> None:

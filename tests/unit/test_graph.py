@@ -24,6 +24,11 @@ def http(node_id: str, **data: Any) -> dict[str, Any]:
     }
 
 
+def mail(node_id: str, **data: Any) -> dict[str, Any]:
+    fields = {"connector": "email", "to": "{{ input.email }}", "subject": "Hi", "body": "Hello"}
+    return {"id": node_id, "type": "connector", "data": {**fields, **data}}
+
+
 def edge(source: Any, target: Any) -> dict[str, Any]:
     return {"source": source, "target": target}
 
@@ -50,6 +55,76 @@ def one_problem(definition: Any) -> str:
 
 
 # ---------------------------------------------------------------- a valid definition
+
+
+def test_the_email_connector_of_the_contract_example_parses() -> None:
+    node = {
+        "id": "mail",
+        "type": "connector",
+        "data": {
+            "connector": "email",
+            "to": "{{ input.email }}",
+            "subject": "Hi",
+            "body": "{{ input.text }}",
+        },
+    }
+    g = parse_agent(fan_out(node))
+    assert g.nodes["mail"].data["connector"] == "email"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"to": "ada@example.test"},
+        {"to": "Ada <ada@example.test>, bob@example.test"},
+        {"to": ["ada@example.test", "{{ input.boss }}"], "cc": []},
+        {"cc": ["c@example.test"], "from": "Lantern <noreply@example.test>"},
+        {"cc": "{{ input.cc }}", "from": "{{ input.sender }}"},
+        {"html": "<p>hi</p>"},
+        {"body": None, "html": "<p>{{ input.name }}</p>"},
+        {"body": None, "text": "plain", "html": "<b>hi</b>", "timeoutMs": 5000},
+        {"subject": "{{ steps.start.output.subject }}", "body": "{{ input.text }}"},
+    ],
+)
+def test_valid_email_connectors_parse(data: dict[str, Any]) -> None:
+    node = mail("m", **data)
+    node["data"] = {k: v for k, v in node["data"].items() if v is not None}  # None: left out
+    assert parse_agent(fan_out(node)).nodes["m"].data == node["data"]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"to": None}, "node 'm': data.to must be an address or a list of addresses"),
+        ({"to": []}, "node 'm': data.to must be an address or a list of addresses"),
+        ({"to": "nobody"}, "node 'm': data.to must be an address or a list of addresses"),
+        ({"to": ["a@b.c", 7]}, "node 'm': data.to must be an address or a list of addresses"),
+        ({"to": "a@b.c\r\nBcc: x@y.z"}, "node 'm': data.to must be an address"),
+        ({"cc": "nobody"}, "node 'm': data.cc must be an address or a list of addresses"),
+        ({"cc": {"a": "a@b.c"}}, "node 'm': data.cc must be an address or a list of addresses"),
+        ({"from": ["a@b.c"]}, "node 'm': data.from must be one address"),
+        ({"from": "lantern"}, "node 'm': data.from must be one address"),
+        ({"subject": None}, "node 'm': an email connector needs data.subject, a string"),
+        ({"subject": 3}, "node 'm': an email connector needs data.subject, a string"),
+        ({"body": {"text": "x"}}, "node 'm': data.body must be a string"),
+        ({"html": ["<p>"]}, "node 'm': data.html must be a string"),
+        ({"text": "also"}, "node 'm': data.body and data.text are the same part: give one"),
+        ({"timeoutMs": 0}, "node 'm': data.timeoutMs must be a positive integer"),
+        ({"timeoutMs": "5s"}, "node 'm': data.timeoutMs must be a positive integer"),
+        ({"subject": "{{ input.x "}, "node 'm': template '{{ input.x ' does not parse"),
+    ],
+)
+def test_email_connector_problems_name_the_node(data: dict[str, Any], expected: str) -> None:
+    assert one_problem(fan_out(mail("m", **data))).startswith(expected)
+
+
+def test_an_email_connector_needs_recipients_subject_and_a_body() -> None:
+    node = {"id": "m", "type": "connector", "data": {"connector": "email"}}
+    assert problems_of(fan_out(node)) == [
+        "node 'm': an email connector needs data.to, its recipients",
+        "node 'm': an email connector needs data.subject, a string",
+        "node 'm': an email connector needs data.body (or data.text) or data.html",
+    ]
 
 
 def test_a_valid_diamond_parses_with_its_structure() -> None:
@@ -250,10 +325,6 @@ def test_an_invalid_retry_block(retry: Any, expected: str) -> None:
             {"id": "ok", "type": "approval", "data": {"prompt": "Send it?"}},
             "node 'ok': node type 'approval' is not available yet",
         ),
-        (
-            {"id": "mail", "type": "connector", "data": {"connector": "email", "to": "a@b.c"}},
-            "node 'mail': the email connector is not available yet",
-        ),
     ],
 )
 def test_planned_features_are_not_available_yet(node: dict[str, Any], expected: str) -> None:
@@ -294,7 +365,7 @@ def test_template_syntax_errors_name_the_node(node: dict[str, Any], expected: st
         (http("h", headers={"X-N": 1}), "node 'h': data.headers must be an object of strings"),
         (
             {"id": "h", "type": "connector", "data": {"connector": "ftp"}},
-            "node 'h': unknown connector 'ftp'",
+            "node 'h': unknown connector 'ftp' (known: email, http)",
         ),
         ({"id": "t", "type": "tool", "data": "x"}, "node 't': 'data' must be an object"),
         ({"id": "t", "type": ["tool"]}, "node 't': 'type' must be a string"),
