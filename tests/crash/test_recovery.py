@@ -26,7 +26,7 @@ FAST = {"LANTERN_LEASE_TTL": "2s", "LANTERN_RECOVERY_INTERVAL": "500ms"}
 
 
 def replica(store: Store, tmp_path: Path, name: str, **env: str) -> Serve:
-    return Serve(store.url, tmp_path / f"{name}.log", LANTERN_WORKER_ID=name, **FAST, **env)
+    return Serve(store.url, tmp_path / f"{name}.log", **{**FAST, "LANTERN_WORKER_ID": name, **env})
 
 
 async def test_a_standby_replica_recovers_a_killed_replicas_run(
@@ -47,8 +47,9 @@ async def test_a_standby_replica_recovers_a_killed_replicas_run(
         took = time.monotonic() - killed_at
     finally:
         standby.stop()
-    # Lease expiry + one sweep interval + the steps themselves (and process scheduling).
-    assert took <= TTL + INTERVAL + 1.5, took
+    # Lease expiry + one sweep interval + the steps themselves (and scheduling on a busy
+    # 2-core machine running other tests beside this one).
+    assert took <= TTL + INTERVAL + 2.5, took
     events = await store.events(run.id)
     assert completions(events) == {"start": 1, "s1": 1, "s2": 1, "s3": 1, "s4": 1}
     recovered = [e.data for e in events if e.kind == "run_recovered"]
@@ -69,10 +70,12 @@ async def test_five_replicas_recover_thirty_orphans_each_exactly_once(
     await wait_for(lambda: receiver.count("/s1") == 30, timeout=30)
     doomed.kill()
     receiver.release()
-    replicas = [replica(store, tmp_path, f"r{k}") for k in range(5)]
+    # The recoverers' own leases are long, so a replica slowed by a loaded machine keeps what
+    # it took: a second recovery would be right then, but it is not what this test counts.
+    replicas = [replica(store, tmp_path, f"r{k}", LANTERN_LEASE_TTL="30s") for k in range(5)]
     try:
         for r in runs:
-            await wait_for_status(store, r.id, "succeeded", timeout=30)
+            await wait_for_status(store, r.id, "succeeded", timeout=60)
     finally:
         for r in replicas:
             r.stop()

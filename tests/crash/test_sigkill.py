@@ -140,7 +140,7 @@ async def test_two_replicas_share_queued_runs_and_run_each_step_once(
     ]
     try:
         for r in runs:
-            await wait_for_status(store, r.id, "succeeded")
+            await wait_for_status(store, r.id, "succeeded", timeout=60)
     finally:
         for replica in replicas:
             replica.stop()
