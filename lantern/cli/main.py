@@ -242,9 +242,10 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import keys, serve, workers
+    from lantern.cli import keys, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
     cli.add_command(workers.workers)
+    cli.add_command(webhooks.webhooks)
     cli(prog_name="lantern")

@@ -1,12 +1,34 @@
-"""The http delivery: one request carrying the step attempt's Idempotency-Key."""
+"""The http delivery: one request carrying the step attempt's Idempotency-Key, and a
+Lantern-Signature over the exact body bytes when the workspace has a signing secret."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from lantern.effects import signing
 from lantern.errors import StepError
+
+
+def _body_bytes(method: str, body: Any, headers: dict[str, str]) -> bytes:
+    """Serialise the body once: these bytes are what is signed and what goes on the wire."""
+    if body is None or method in ("GET", "HEAD"):
+        return b""
+    if isinstance(body, str):
+        return body.encode()
+    try:
+        # As httpx's json= encodes it, so an unsigned request is what it always was.
+        raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StepError(
+            f"http connector: body is not JSON: {exc}", error_class="connector"
+        ) from exc
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    return raw.encode()
 
 
 async def send(
@@ -18,6 +40,7 @@ async def send(
     body: Any,
     idempotency_key: str,
     timeout_s: float,
+    signing_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise StepError(
@@ -25,15 +48,15 @@ async def send(
         )
     request_headers = {str(k): str(v) for k, v in headers.items()}
     request_headers["Idempotency-Key"] = idempotency_key
-    kwargs: dict[str, Any] = {}
-    if body is not None and method not in ("GET", "HEAD"):
-        if isinstance(body, str):
-            kwargs["content"] = body.encode()
-        else:
-            kwargs["json"] = body
+    content = _body_bytes(method, body, request_headers)
+    if signing_secrets:
+        # Ours alone: a user header of the same name (any case) would travel beside it.
+        for name in [k for k in request_headers if k.lower() == signing.HEADER.lower()]:
+            del request_headers[name]
+        request_headers[signing.HEADER] = signing.sign(signing_secrets, content)
     try:
         response = await client.request(
-            method, url, headers=request_headers, timeout=timeout_s, **kwargs
+            method, url, headers=request_headers, content=content or None, timeout=timeout_s
         )
     except httpx.TimeoutException as exc:
         raise StepError(

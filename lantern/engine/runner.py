@@ -342,6 +342,7 @@ class _Drive:
             deliveries=Deliveries(
                 self.r.store, self.lease, step_id=step, attempt=attempt, idempotency_key=key
             ),
+            signing_secrets=lambda: self.r.store.signing_secrets(self.run.workspace),
         )
         task = asyncio.ensure_future(executor_for(node.type)(ctx))
         self.tasks[task] = step

@@ -25,6 +25,8 @@ class StepContext:
     app: App
     http: httpx.AsyncClient
     deliveries: Deliveries
+    # The run's workspace's webhook signing secrets, newest first (none: send unsigned).
+    signing_secrets: Callable[[], Awaitable[list[str]]]
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""

@@ -20,6 +20,7 @@ async def execute(ctx: StepContext) -> Any:
         body=ctx.render("body"),
         idempotency_key=ctx.idempotency_key,
         timeout_s=float(ctx.node.data.get("timeoutMs", 30_000)) / 1000,
+        signing_secrets=await ctx.signing_secrets(),
     )
 
 

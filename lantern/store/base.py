@@ -159,6 +159,20 @@ class Store(Protocol):
     async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
         """The run's journal in sequence order, in one query."""
 
+    # webhook signing secrets: one current per workspace, plus the one it replaced while that
+    # is in its overlap (kept in the clear: signing needs the secret itself, not a hash)
+    async def signing_secrets(self, workspace: str) -> list[str]:
+        """The secrets to sign the workspace's deliveries with, newest first: the current one,
+        then the previous one until its overlap ends. Empty when none is set."""
+
+    async def ensure_signing_secret(self, workspace: str, secret: str) -> str:
+        """Store ``secret`` as the workspace's secret unless it has one; return the current one
+        (so concurrent first uses agree on a single secret)."""
+
+    async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
+        """Make ``secret`` the current one; the one it replaces keeps signing for ``overlap_s``
+        seconds more (0: it stops at once, for a leaked secret)."""
+
 
 def open_store(url: str) -> Store:
     """A store for a ``sqlite:///PATH`` or ``postgresql://...`` URL (not yet opened)."""

@@ -693,3 +693,45 @@ class PostgresStore:
             (run_id, after),
         )
         return [_event(r) for r in rows]
+
+    # -- webhook signing secrets ------------------------------------------------------
+
+    async def signing_secrets(self, workspace: str) -> list[str]:
+        row = await self._fetchone(
+            "SELECT secret, CASE WHEN previous_until > now() THEN previous_secret END"
+            " FROM signing_secrets WHERE workspace = %s",
+            (workspace,),
+        )
+        return [] if row is None else [s for s in row if s is not None]
+
+    async def ensure_signing_secret(self, workspace: str, secret: str) -> str:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO signing_secrets (workspace, secret) VALUES (%s, %s)"
+                " ON CONFLICT (workspace) DO NOTHING",
+                (workspace, secret),
+            )
+            # A statement of its own: its snapshot sees a row a concurrent first use committed.
+            cur = await conn.execute(
+                "SELECT secret FROM signing_secrets WHERE workspace = %s", (workspace,)
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return str(row[0])
+
+    async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO signing_secrets (workspace, secret) VALUES (%(ws)s, %(secret)s)"
+                " ON CONFLICT (workspace) DO UPDATE SET secret = excluded.secret,"
+                " created_at = now(),"
+                " previous_secret = CASE WHEN %(keep)s THEN signing_secrets.secret END,"
+                " previous_until = CASE WHEN %(keep)s"
+                "  THEN now() + make_interval(secs => %(overlap)s) END",
+                {
+                    "ws": workspace,
+                    "secret": secret,
+                    "keep": overlap_s > 0,
+                    "overlap": float(overlap_s),
+                },
+            )

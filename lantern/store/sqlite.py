@@ -607,6 +607,42 @@ class SQLiteStore:
         rows = await self._read(lambda c: c.execute(sql, (run_id, after)).fetchall())
         return [_event(r, r[10]) for r in rows]
 
+    # -- webhook signing secrets ------------------------------------------------------
+
+    async def signing_secrets(self, workspace: str) -> list[str]:
+        sql = (
+            "SELECT secret, CASE WHEN previous_until > ? THEN previous_secret END"
+            " FROM signing_secrets WHERE workspace = ?"
+        )
+        args = (time.time(), workspace)
+        row = await self._read(lambda c: c.execute(sql, args).fetchone())
+        return [] if row is None else [s for s in row if s is not None]
+
+    async def ensure_signing_secret(self, workspace: str, secret: str) -> str:
+        def tx(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO signing_secrets (workspace, secret, created_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (workspace) DO NOTHING",
+                (workspace, secret, time.time()),
+            )
+            sql = "SELECT secret FROM signing_secrets WHERE workspace = ?"
+            return str(conn.execute(sql, (workspace,)).fetchone()[0])
+
+        return await self._write(tx)
+
+    async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
+        now = time.time()
+        keep = overlap_s > 0
+        sql = (
+            "INSERT INTO signing_secrets (workspace, secret, created_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (workspace) DO UPDATE SET secret = excluded.secret,"
+            " created_at = excluded.created_at,"
+            " previous_secret = CASE WHEN ? THEN signing_secrets.secret END,"
+            " previous_until = ?"
+        )
+        args = (workspace, secret, now, keep, now + overlap_s if keep else None)
+        await self._write(lambda c: c.execute(sql, args))
+
 
 def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
     """One run's append inside a shared transaction: a savepoint keeps a refusal its own."""

@@ -92,3 +92,11 @@ CREATE TABLE workers (
     heartbeat_at  timestamptz NOT NULL,
     stopped_at    timestamptz
 );
+
+CREATE TABLE signing_secrets (
+    workspace        text        PRIMARY KEY,
+    secret           text        NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    previous_secret  text,
+    previous_until   timestamptz
+);

@@ -90,3 +90,11 @@ CREATE TABLE workers (
     heartbeat_at  REAL NOT NULL,
     stopped_at    REAL
 );
+
+CREATE TABLE signing_secrets (
+    workspace        TEXT PRIMARY KEY,
+    secret           TEXT NOT NULL,
+    created_at       REAL NOT NULL,
+    previous_secret  TEXT,
+    previous_until   REAL
+);
