@@ -135,17 +135,12 @@ values = ["t", "start"]
 "query.agentName" = {{ dictionary = "agents", probability = 0.5 }}
 "body.agentName" = {{ dictionary = "agents", probability = 0.5 }}
 
-# A cursor is opaque: a string the API did not give out is refused with 422, which its
-# OpenAPI type (any string up to 200 characters) cannot say.
-[[operations]]
-include-name = ["GET /v1/runs", "GET /v1/agents"]
-checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
-
-# An agent definition is validated by the graph parser (CONTRACT §5), not by its OpenAPI type
-# (any object): most generated objects are refused with 422, as they must be.
-[[operations]]
-include-name = "PUT /v1/agents/{{name}}"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
+# Data valid to the OpenAPI types may still be refused as invalid input (422): a cursor the API
+# did not give out, an agent definition the graph parser refuses (CONTRACT §5), and any string
+# with a NUL character or a lone surrogate, which no backend stores. A run that has finished
+# or is not waiting at an approval answers 409.
+[checks.positive_data_acceptance]
+expected-statuses = ["2xx", "404", "409", "422"]
 
 """
 
