@@ -1,1 +1,2 @@
-"""Side effects that leave the process: http requests (email and claims in later issues)."""
+"""Side effects that leave the process: http, email, webhook signing, and the claims that
+make deliveries happen once."""
