@@ -86,17 +86,27 @@ WITH batch AS (
 SELECT run_id FROM fenced
 """
 
-# Find runs with no live lease and steal their leases. The statuses are literals, so the
-# planner can use the partial index of unfinished runs, and a pass costs the same however
-# many runs have finished. SKIP LOCKED lets replicas sweep side by side without waiting on
-# each other; the UPSERT still wins only an expired lease.
+# Find runs with no live lease and steal their leases: leases that expired (through the
+# partial index of unreleased leases, oldest expiry first) and queued runs never leased
+# (through the partial index of queued runs). Neither scan reads running or finished runs, so
+# a pass costs the same however many there are. SKIP LOCKED lets replicas sweep side by side
+# without waiting on each other; the UPSERT still wins only an expired lease.
 _STEAL = """
-WITH found AS (
+WITH expired AS (
     SELECT r.id, l.worker_id AS previous_worker, l.expires_at AS expired_at
-    FROM runs r LEFT JOIN run_locks l ON l.run_id = r.id
-    WHERE r.status IN ({statuses}) AND (l.run_id IS NULL OR l.expires_at <= now())
+    FROM run_locks l JOIN runs r ON r.id = l.run_id
+    WHERE l.expires_at > 'epoch' AND l.expires_at <= now() AND r.status IN ({statuses})
+    ORDER BY l.expires_at LIMIT %(limit)s
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+), unleased AS (
+    SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
+    FROM runs r
+    WHERE r.status = 'queued' AND %(queued)s
+      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
     ORDER BY r.created_at LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
+), found AS (
+    SELECT * FROM expired UNION ALL SELECT * FROM unleased LIMIT %(limit)s
 ), stolen AS (
     INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
     SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM found
@@ -490,7 +500,7 @@ class PostgresStore:
     ) -> list[Orphan]:
         rows = await self._fetchall(
             _STEAL.format(statuses=_literal_statuses(statuses)),
-            {"worker": worker_id, "ttl": ttl, "limit": limit},
+            {"worker": worker_id, "ttl": ttl, "limit": limit, "queued": "queued" in statuses},
         )
         return [
             Orphan(r[0], None if r[1] is None else Lease(r[0], worker_id, r[1]), r[2], r[3])
@@ -540,7 +550,11 @@ class PostgresStore:
     async def release_lease(self, lease: Lease) -> None:
         async with self._pool.connection() as conn:
             await conn.execute(
-                "UPDATE run_locks SET expires_at = 'epoch' WHERE run_id = %s AND epoch = %s",
+                # An unfinished run's lease expires now, so the sweep hands the run on; a
+                # finished run's leaves the index of unreleased leases.
+                "UPDATE run_locks l SET expires_at = CASE WHEN r.status IN ('queued', 'running')"
+                " THEN now() ELSE 'epoch' END FROM runs r"
+                " WHERE r.id = l.run_id AND l.run_id = %s AND l.epoch = %s",
                 (lease.run_id, lease.epoch),
             )
 

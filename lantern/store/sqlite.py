@@ -416,16 +416,24 @@ class SQLiteStore:
     async def _steal(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Orphan]:
+        # Expired leases (oldest expiry first), then queued runs never leased: as postgres.py.
         marks = ",".join("?" * len(statuses))
-        sql = (
-            "SELECT r.id, l.worker_id, l.expires_at FROM runs r"
-            " LEFT JOIN run_locks l ON l.run_id = r.id"
-            f" WHERE r.status IN ({marks}) AND (l.run_id IS NULL OR l.expires_at <= ?)"
+        expired = (
+            "SELECT r.id, l.worker_id, l.expires_at FROM run_locks l"
+            " JOIN runs r ON r.id = l.run_id"
+            f" WHERE l.expires_at > 0 AND l.expires_at <= ? AND r.status IN ({marks})"
+            " ORDER BY l.expires_at LIMIT ?"
+        )
+        unleased = (
+            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'queued'"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
             " ORDER BY r.created_at LIMIT ?"
         )
 
         def tx(conn: sqlite3.Connection) -> list[Orphan]:
-            found = conn.execute(sql, (*statuses, time.time(), limit)).fetchall()
+            found = conn.execute(expired, (time.time(), *statuses, limit)).fetchall()
+            if "queued" in statuses and len(found) < limit:
+                found += conn.execute(unleased, (limit - len(found),)).fetchall()
             return [
                 Orphan(
                     run_id,
@@ -493,8 +501,14 @@ class SQLiteStore:
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
 
     async def release_lease(self, lease: Lease) -> None:
-        sql = "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?"
-        await self._write(lambda c: c.execute(sql, (lease.run_id, lease.epoch)))
+        # An unfinished run's lease expires now, so the sweep hands the run on; a finished
+        # run's leaves the index of unreleased leases.
+        sql = (
+            "UPDATE run_locks SET expires_at = CASE WHEN (SELECT status FROM runs WHERE id = ?)"
+            " IN ('queued', 'running') THEN ? ELSE 0 END WHERE run_id = ? AND epoch = ?"
+        )
+        args = (lease.run_id, time.time(), lease.run_id, lease.epoch)
+        await self._write(lambda c: c.execute(sql, args))
 
     # -- journal ----------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
 CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
-CREATE INDEX runs_unfinished ON runs (created_at) WHERE status IN ('queued', 'running');
+CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 
 CREATE TABLE run_locks (
     run_id      TEXT    PRIMARY KEY REFERENCES runs (id),
@@ -39,6 +39,7 @@ CREATE TABLE run_locks (
     epoch       INTEGER NOT NULL
 );
 CREATE INDEX run_locks_by_worker ON run_locks (worker_id);
+CREATE INDEX run_locks_expiring ON run_locks (expires_at) WHERE expires_at > 0;
 
 CREATE TABLE blobs (
     digest  TEXT PRIMARY KEY,
