@@ -242,10 +242,11 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import keys, serve, webhooks, workers
+    from lantern.cli import journal, keys, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
     cli.add_command(workers.workers)
     cli.add_command(webhooks.webhooks)
+    cli.add_command(journal.journal)
     cli(prog_name="lantern")

@@ -26,7 +26,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
     if lease is not None:
         state = fold(await store.events(run_id))
         if state.terminal is None:
-            w = EventWriter(state.last_seq)
+            w = EventWriter(run_id, state.last_seq, state.last_hash)
             event = w.event("run_cancelled", {"by": "request"})
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
         else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine.chain import GENESIS, canonical, link
 from lantern.store.codec import dumps
 from lantern.store.records import Blob, Event, NewEvent
 
@@ -31,6 +32,7 @@ class RunState:
     outputs: dict[str, Any] = field(default_factory=dict)  # step_id -> output
     attempts: dict[str, int] = field(default_factory=dict)  # step_id -> last attempt started
     failed: set[str] = field(default_factory=set)
+    last_hash: str = GENESIS
     worker: str | None = None  # the last worker that drove the run
     recoveries: int = 0  # re-drives after a crash or a lost executor
 
@@ -44,6 +46,7 @@ def fold(events: Iterable[Event]) -> RunState:
     state = RunState()
     for e in events:
         state.last_seq = e.seq
+        state.last_hash = e.hash or GENESIS
         if e.kind == "run_started":
             state.started = True
             state.worker = e.data.get("worker")
@@ -70,10 +73,12 @@ def output_of(event: Event) -> Any:
 
 
 class EventWriter:
-    """Numbers a run's new events; the runner is the run's only writer while its lease holds."""
+    """Numbers and chains a run's new events; the run's only writer while its lease holds."""
 
-    def __init__(self, last_seq: int) -> None:
+    def __init__(self, run_id: str, last_seq: int = 0, last_hash: str = GENESIS) -> None:
+        self.run_id = run_id
         self.seq = last_seq
+        self.hash = last_hash
 
     def event(
         self,
@@ -83,15 +88,22 @@ class EventWriter:
         step_id: str | None = None,
         attempt: int | None = None,
     ) -> NewEvent:
+        now = datetime.now(UTC)
+        at = now.replace(microsecond=now.microsecond // 1000 * 1000)  # the chain keeps ms
+        data = data or {}
+        # Canonicalise before counting: a value it refuses leaves the writer unchanged.
+        body = canonical(self.run_id, self.seq + 1, kind, step_id, step_id, attempt, at, data)
         self.seq += 1
+        self.hash = link(self.hash, body)
         return NewEvent(
             seq=self.seq,
             kind=kind,
-            at=datetime.now(UTC),
-            data=data or {},
+            at=at,
+            data=data,
             step_id=step_id,
             node_id=step_id,
             attempt=attempt,
+            hash=self.hash,
         )
 
     def completed(

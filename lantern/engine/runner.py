@@ -136,7 +136,7 @@ class _Drive:
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
         self.tasks: dict[asyncio.Task[Any], str] = {}
-        self.writer = EventWriter(0)
+        self.writer = EventWriter(run.id)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
@@ -165,7 +165,7 @@ class _Drive:
             if state.terminal is not None:
                 return
             if self.cancelled.is_set():
-                self.writer = EventWriter(state.last_seq)
+                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
                 await self._cancel([])
                 return
             events, update, spawn = self._plan(state)
@@ -182,7 +182,7 @@ class _Drive:
         self, state: RunState
     ) -> tuple[list[NewEvent], RunUpdate | None, list[tuple[str, int]]]:
         """The opening commit of this drive, and the steps to spawn once it is durable."""
-        self.writer = EventWriter(state.last_seq)
+        self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
         self.outputs = dict(state.outputs)
         self.attempts = dict(state.attempts)
         events, update = self._opening(state)
@@ -280,20 +280,20 @@ class _Drive:
                     try:
                         body = dumps(task.result())
                         problem = text_problem(body)
+                        if problem is None:
+                            # Downstream steps see exactly what a replay would read back.
+                            output = json.loads(body)
+                            # Canonical JSON (the hash chain) refuses what JSON cannot carry
+                            # exactly, such as integers beyond 2^53.
+                            events.append(self.writer.completed(step, attempt, output, body))
+                            self.outputs[step] = output
+                            continue
                     except (TypeError, ValueError) as err:
                         problem = f"it is not JSON: {err}"
-                    if problem is not None:
-                        exc = StepError(
-                            f"step {step!r} returned a value the journal cannot store: {problem}",
-                            error_class="tool",
-                        )
-                    else:
-                        # Downstream steps see exactly what a replay would read back.
-                        self.outputs[step] = json.loads(body)
-                        events.append(
-                            self.writer.completed(step, attempt, self.outputs[step], body)
-                        )
-                        continue
+                    exc = StepError(
+                        f"step {step!r} returned a value the journal cannot store: {problem}",
+                        error_class="tool",
+                    )
                 assert isinstance(exc, StepError)
                 failure = failure or (step, exc)
                 events.append(

@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+import rfc8785
+
 # A \u0000 escape preceded by an even number of backslashes (an odd number escapes it).
 _NUL = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 
@@ -34,11 +36,22 @@ def text_problem(text: str) -> str | None:
 
 
 def value_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be stored as JSON by every backend, or None."""
+    """Why ``value`` cannot be stored as JSON by every backend and hash-chained, or None."""
     try:
         text = dumps(value)
     except ValueError:
         return "it contains a number that is not finite (NaN or infinity)"
     except TypeError as exc:
         return f"it is not JSON: {exc}"
-    return text_problem(text)
+    return text_problem(text) or chain_problem(value)
+
+
+def chain_problem(value: Any) -> str | None:
+    """Why the journal's canonical JSON (RFC 8785, I-JSON numbers) cannot hold ``value``."""
+    try:
+        rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return "it contains an integer beyond ±2^53, which JSON cannot carry exactly"
+    except rfc8785.CanonicalizationError as exc:
+        return f"it cannot be put in canonical JSON: {exc}"
+    return None

@@ -58,7 +58,7 @@ _APPEND = """
 WITH batch AS (
     SELECT * FROM json_to_recordset(%(events)s::json) AS b(
         run_id text, epoch bigint, seq bigint, kind text, at timestamptz, data jsonb,
-        step_id text, node_id text, attempt int, blob_digest text)
+        step_id text, node_id text, attempt int, blob_digest text, hash text)
 ), updates AS (
     SELECT * FROM json_to_recordset(%(updates)s::json) AS u(
         run_id text, status text, output jsonb, error jsonb, release boolean)
@@ -72,8 +72,9 @@ WITH batch AS (
     FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
     ON CONFLICT DO NOTHING
 ), inserted AS (
-    INSERT INTO journal_events (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest)
-    SELECT run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest
+    INSERT INTO journal_events
+        (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash)
+    SELECT run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash
     FROM batch WHERE run_id IN (SELECT run_id FROM fenced)
 ), updated AS (
     UPDATE runs r SET status = u.status, output = u.output, error = u.error, updated_at = now()
@@ -189,11 +190,13 @@ WITH lease AS (
     FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
     ON CONFLICT DO NOTHING
 ), inserted AS (
-    INSERT INTO journal_events (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest)
-    SELECT l.run_id, b.seq, b.kind, b.at, b.data, b.step_id, b.node_id, b.attempt, b.blob_digest
+    INSERT INTO journal_events
+        (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash)
+    SELECT l.run_id, b.seq, b.kind, b.at, b.data, b.step_id, b.node_id, b.attempt, b.blob_digest,
+           b.hash
     FROM lease l, json_to_recordset(%(events)s::json) AS b(
         seq bigint, kind text, at timestamptz, data jsonb, step_id text, node_id text,
-        attempt int, blob_digest text)
+        attempt int, blob_digest text, hash text)
 ), updated AS (
     UPDATE runs SET status = %(status)s, output = %(output)s::jsonb, error = %(error)s::jsonb,
                     updated_at = now()
@@ -236,6 +239,7 @@ def _event_rows(
             "node_id": e.node_id,
             "attempt": e.attempt,
             "blob_digest": None if e.blob is None else e.blob.digest,
+            "hash": e.hash,
         }
         for e in events
     ]

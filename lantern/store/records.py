@@ -117,6 +117,7 @@ class NewEvent:
     node_id: str | None = None
     attempt: int | None = None
     blob: Blob | None = None
+    hash: str | None = None  # chained to the previous event's (lantern.engine.chain)
 
 
 @dataclass(frozen=True)

@@ -685,7 +685,7 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
     if blobs:
         conn.executemany("INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)", blobs)
     conn.executemany(
-        f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+        f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
         [
             (
                 lease.run_id,
@@ -697,6 +697,7 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
                 e.node_id,
                 e.attempt,
                 None if e.blob is None else e.blob.digest,
+                e.hash,
             )
             for e in item.events
         ],

@@ -106,7 +106,7 @@ async def test_append_writes_events_and_run_update_together(store: Store) -> Non
     lease = await store.acquire_lease(run.id, "w1", ttl=60)
     assert lease is not None
     await store.append(Append(lease, (ev(1, "run_started"),), RunUpdate("running")))
-    w = EventWriter(1)
+    w = EventWriter(run.id, 1)
     done = (
         w.event("step_started", step_id="s"),
         w.completed("s", 1, {"ok": True}),
@@ -185,7 +185,7 @@ async def test_large_outputs_are_stored_once_and_referenced(store: Store) -> Non
     lease = await store.acquire_lease(run.id, "w1", ttl=60)
     assert lease is not None
     big = {"text": "x" * 100_000}
-    w = EventWriter(0)
+    w = EventWriter(run.id)
     await store.append(Append(lease, (w.completed("a", 1, big), w.completed("b", 1, big))))
     listed = await store.events(run.id)
     assert all("outputRef" in e.data and e.blob is None for e in listed)

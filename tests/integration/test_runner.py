@@ -255,3 +255,67 @@ async def test_a_run_that_keeps_crashing_fails_with_recovery_exhausted(store: St
     assert done.error["code"] == "recovery_exhausted" and done.error["recoveries"] == 2
     kinds = [e.kind for e in await store.events(run.id)]
     assert kinds.count("run_recovered") == 2 and kinds[-1] == "run_failed"
+
+
+async def test_the_journal_is_hash_chained_and_tampering_is_named(
+    store: Store, database_url: str
+) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from lantern.engine.chain import first_broken
+
+    run = await run_agent(store, make_app(Counter()), DIAMOND, {"x": 2})
+    events = await store.events(run.id)
+    assert all(e.hash for e in events) and first_broken(events) is None
+    lantern_cli = str(Path(sys.executable).parent / "lantern")
+    env = {"LANTERN_DATABASE_URL": database_url, "PATH": "/usr/bin:/bin"}
+
+    def verify() -> subprocess.CompletedProcess[str]:
+        args = [lantern_cli, "journal", "verify", run.id]
+        return subprocess.run(args, env=env, capture_output=True, text=True)
+
+    ok = await asyncio.to_thread(verify)
+    assert ok.returncode == 0 and f"{len(events)} events" in ok.stdout, ok.stderr
+    # Change one stored event behind the engine's back.
+    if database_url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+        conn.execute(
+            'UPDATE journal_events SET data = \'{"type":"forged"}\' WHERE run_id = ? AND seq = 4',
+            (run.id,),
+        )
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                'UPDATE journal_events SET data = \'{"type":"forged"}\''
+                " WHERE run_id = %s AND seq = 4",
+                (run.id,),
+            )
+    bad = await asyncio.to_thread(verify)
+    assert bad.returncode == 1 and "at event 4" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+async def test_an_output_canonical_json_cannot_hold_fails_the_step(store: Store) -> None:
+    app = lantern.App()
+
+    @app.tool("huge")
+    async def huge() -> dict[str, int]:
+        return {"n": 2**60}
+
+    definition = graph("huge", [tool("h", "huge"), tool("after")], [("start", "h"), ("h", "after")])
+    run = await run_agent(store, app, definition, {})
+    assert run.status == "failed" and "journal cannot store" in run.error["message"]
+    assert run.error["step"] == "h"
+    events = await store.events(run.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    from lantern.engine.chain import first_broken
+
+    assert first_broken(events) is None

@@ -1,0 +1,72 @@
+"""The journal's hash chain: each event's hash covers its content and the one before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from lantern.engine.chain import GENESIS, canonical, first_broken, link
+from lantern.engine.journal import EventWriter
+from lantern.store.records import Event, NewEvent
+
+
+def stored(run_id: str, events: list[NewEvent]) -> list[Event]:
+    return [
+        Event(
+            run_id, e.seq, e.kind, e.at, e.data, e.step_id, e.node_id, e.attempt, None, None, e.hash
+        )
+        for e in events
+    ]
+
+
+def journal() -> list[Event]:
+    w = EventWriter("run_x")
+    events = [
+        w.event("run_started", {"worker": "w1"}),
+        w.event("step_started", {"type": "tool"}, step_id="a", attempt=1),
+        w.completed("a", 1, {"text": "héllo", "n": 1.5}),
+        w.event("run_succeeded", {"output": {"n": 1.5}}),
+    ]
+    return stored("run_x", events)
+
+
+def test_a_journal_written_by_the_engine_verifies() -> None:
+    events = journal()
+    assert first_broken(events) is None
+    first = events[0]
+    body = canonical("run_x", 1, "run_started", None, None, None, first.at, {"worker": "w1"})
+    assert first.hash == link(GENESIS, body)
+    assert events[1].hash == link(
+        str(first.hash),
+        canonical("run_x", 2, "step_started", "a", "a", 1, events[1].at, {"type": "tool"}),
+    )
+
+
+def test_changing_any_event_names_it() -> None:
+    for index in range(4):
+        events = journal()
+        events[index] = replace(events[index], data={**events[index].data, "x": 1})
+        assert first_broken(events) == (
+            index + 1,
+            "its hash does not match its content and the hash before it",
+        )
+
+
+def test_a_missing_or_reordered_event_is_named() -> None:
+    events = journal()
+    assert first_broken([events[0], events[2], events[3]]) is not None
+    assert first_broken(events[:3]) is None  # a prefix of a chain is a valid chain
+
+
+def test_the_chain_continues_across_writers() -> None:
+    events = journal()
+    more = EventWriter("run_x", events[-1].seq, str(events[-1].hash))
+    tail = stored("run_x", [more.event("run_recovered", {"toWorker": "w2"})])
+    assert first_broken(events + tail) is None
+
+
+def test_times_are_kept_to_the_millisecond() -> None:
+    at = datetime(2026, 11, 30, 9, 0, 0, 123999, tzinfo=UTC)
+    a = canonical("r", 1, "k", None, None, None, at, {})
+    b = canonical("r", 1, "k", None, None, None, at.replace(microsecond=124000), {})
+    assert a == b and b'"atMs":1796029200124' in a
