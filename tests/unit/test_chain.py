@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import rfc8785
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
 from lantern.engine.chain import GENESIS, canonical, first_broken, link
 from lantern.engine.journal import EventWriter
 from lantern.store.records import Event, NewEvent
@@ -70,3 +74,36 @@ def test_times_are_kept_to_the_millisecond() -> None:
     a = canonical("r", 1, "k", None, None, None, at, {})
     b = canonical("r", 1, "k", None, None, None, at.replace(microsecond=124000), {})
     assert a == b and b'"atMs":1796029200124' in a
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(data=json_values)
+@settings(max_examples=300, deadline=None)
+def test_canonical_form_is_rfc_8785(data: object) -> None:
+    assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in repr(data)))
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    expected = rfc8785.dumps(
+        {
+            "runId": "r",
+            "seq": 1,
+            "kind": "k",
+            "stepId": None,
+            "nodeId": None,
+            "attempt": None,
+            "atMs": round(at.timestamp() * 1000),
+            "data": data,
+        }
+    )
+    assert canonical("r", 1, "k", None, None, None, at, data) == expected
