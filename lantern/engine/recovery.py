@@ -22,7 +22,6 @@ from lantern.store.records import Lease, Orphan
 log = logging.getLogger("lantern.recovery")
 
 BATCH = 20
-_NEVER = datetime(2000, 1, 1, tzinfo=UTC)  # released leases expire at the epoch: no latency
 
 
 class RecoveryLoop:
@@ -65,7 +64,7 @@ class RecoveryLoop:
             if orphan.lease is None:
                 continue  # another replica won it
             metrics.LEASES_STOLEN.inc()
-            if orphan.expired_at is not None and orphan.expired_at > _NEVER:
+            if orphan.expired_at is not None:  # None: a queued run that never had a lease
                 metrics.RECOVERY_LATENCY.observe((now - orphan.expired_at).total_seconds())
             log.info(
                 "recovering run %s from %s (epoch %s)",
