@@ -11,12 +11,11 @@ output stored as a blob is covered through the content digest in ``data.outputRe
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import rfc8785
+from lantern.store.codec import canonical_json
 
 GENESIS = "0" * 64
 
@@ -41,27 +40,7 @@ def canonical(
         "atMs": round(at.timestamp() * 1000),
         "data": data,
     }
-    if _plain(event):
-        # For these values the standard library writes RFC 8785's bytes, at a third the cost.
-        return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return rfc8785.dumps(event)
-
-
-_SAFE = 2**53 - 1
-
-
-def _plain(value: Any) -> bool:
-    """No floats (ES number formatting differs), no integer beyond 2^53, ASCII keys only (so
-    code-point order is UTF-16 order): json.dumps then matches RFC 8785 byte for byte."""
-    if isinstance(value, str) or value is None or isinstance(value, bool):
-        return True
-    if isinstance(value, int):
-        return -_SAFE <= value <= _SAFE
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    return False
+    return canonical_json(event)
 
 
 def link(previous: str, body: bytes) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 import rfc8785
@@ -49,9 +50,54 @@ def value_problem(value: Any) -> str | None:
 def chain_problem(value: Any) -> str | None:
     """Why the journal's canonical JSON (RFC 8785, I-JSON numbers) cannot hold ``value``."""
     try:
-        rfc8785.dumps(value)
+        canonical_json(value)
     except rfc8785.IntegerDomainError:
         return "it contains an integer beyond ±2^53, which JSON cannot carry exactly"
     except rfc8785.CanonicalizationError as exc:
         return f"it cannot be put in canonical JSON: {exc}"
     return None
+
+
+_SAFE = 2**53 - 1
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 canonical JSON, with JSON's numbers read as doubles (I-JSON).
+
+    Plain values go through the standard library, which writes the same bytes for them at a
+    third of the cost (a property test holds the two equal); the rest through ``rfc8785``.
+    """
+    if _plain(value):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return rfc8785.dumps(_as_ijson(value))
+
+
+def _plain(value: Any) -> bool:
+    """No floats (ES number formatting differs), no integer beyond 2^53, ASCII keys only (so
+    code-point order is UTF-16 order): json.dumps then matches RFC 8785 byte for byte."""
+    if isinstance(value, str) or value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -_SAFE <= value <= _SAFE
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return False
+
+
+def _as_ijson(value: Any) -> Any:
+    """An integer beyond 2^53 written as a double's shortest decimal is that double:
+    PostgreSQL's jsonb gives 5.799163883669751e16 back as 57991638836697510, and both must
+    canonicalise alike. Any other integer beyond 2^53 stays, and canonical JSON refuses it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not -_SAFE <= value <= _SAFE:
+        as_float = float(value)
+        # A double's shortest decimal, which jsonb writes, is what its integer digits must be.
+        return as_float if Decimal(repr(as_float)) == value else value
+    if isinstance(value, dict):
+        return {k: _as_ijson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_ijson(v) for v in value]
+    return value

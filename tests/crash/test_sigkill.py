@@ -128,7 +128,6 @@ async def test_two_replicas_share_queued_runs_and_run_each_step_once(
     store: Store, receiver: Receiver, tmp_path: Path
 ) -> None:
     await apply_agent(store, http_chain("chain", receiver.url, 3))
-    runs = [await create_run(store, "chain", {"n": i}) for i in range(20)]
     replicas = [
         Serve(
             store.url,
@@ -139,6 +138,12 @@ async def test_two_replicas_share_queued_runs_and_run_each_step_once(
         for w in ("a", "b")
     ]
     try:
+        # Both replicas are up (they heartbeat) before there is work to race for.
+        for _ in range(600):
+            if {w.id for w in await store.list_workers()} >= {"a", "b"}:
+                break
+            await asyncio.sleep(0.05)
+        runs = [await create_run(store, "chain", {"n": i}) for i in range(20)]
         for r in runs:
             await wait_for_status(store, r.id, "succeeded", timeout=60)
     finally:

@@ -308,7 +308,7 @@ async def test_an_output_canonical_json_cannot_hold_fails_the_step(store: Store)
 
     @app.tool("huge")
     async def huge() -> dict[str, int]:
-        return {"n": 2**60}
+        return {"n": 2**60 + 1}  # no double holds it
 
     definition = graph("huge", [tool("h", "huge"), tool("after")], [("start", "h"), ("h", "after")])
     run = await run_agent(store, app, definition, {})

@@ -107,3 +107,10 @@ def test_canonical_form_is_rfc_8785(data: object) -> None:
         }
     )
     assert canonical("r", 1, "k", None, None, None, at, data) == expected
+
+
+def test_a_large_float_hashes_alike_as_the_integer_postgresql_gives_back() -> None:
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    as_written = canonical("r", 1, "k", None, None, None, at, {"x": 5.799163883669751e16})
+    as_read = canonical("r", 1, "k", None, None, None, at, {"x": 57991638836697510})
+    assert as_written == as_read and b'"x":57991638836697510' in as_read
