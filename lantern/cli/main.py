@@ -217,7 +217,8 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
             async with api:
                 got = await api.get_run(run_id)
                 journal = await api.events(run_id)
-            waterfall.render(got, journal, console())
+                sent = await api.deliveries(run_id)
+            waterfall.render(got, journal, console(), sent)
             return
         async with opened(s) as store:
             found = await store.get_run(run_id)

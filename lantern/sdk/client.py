@@ -26,7 +26,7 @@ import httpx
 
 from lantern.errors import LanternError, UsageError
 from lantern.sdk.errors import ConnectionFailed, InvalidResponse, WaitTimeout, error_from_body
-from lantern.sdk.models import Agent, Event, EventPage, Page, Run, RunStatus
+from lantern.sdk.models import Agent, Delivery, Event, EventPage, Page, Run, RunStatus
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
 
 T = TypeVar("T")
@@ -147,6 +147,11 @@ class AsyncClient:
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """One page of the run's journal: the events with ``seq > after``, in order."""
         return list((await self._events(run_id, after, limit)).items)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        """The run's claimed deliveries and their status."""
+        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/deliveries")
+        return _parse(lambda d: [Delivery.from_json(item) for item in d["items"]], data)
 
     async def follow(
         self, run_id: str, *, after: int = 0, poll: float = 0.5

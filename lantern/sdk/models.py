@@ -101,6 +101,35 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A claimed delivery of a run; ``status`` "unknown" means a crash cut it off mid-send."""
+
+    run_id: str
+    step_id: str
+    name: str
+    attempt: int
+    kind: str
+    target: str | None
+    status: str  # delivered, failed or unknown
+    idempotency_key: str
+    response: Any = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Delivery:
+        return cls(
+            run_id=str(data["runId"]),
+            step_id=str(data["stepId"]),
+            name=str(data["name"]),
+            attempt=int(data["attempt"]),
+            kind=str(data["kind"]),
+            target=data.get("target"),
+            status=str(data["status"]),
+            idempotency_key=str(data["idempotencyKey"]),
+            response=data.get("response"),
+        )
+
+
+@dataclass(frozen=True)
 class Agent:
     """One version of an agent definition."""
 

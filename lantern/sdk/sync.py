@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
-from lantern.sdk.models import Agent, Event, Page, Run, RunStatus
+from lantern.sdk.models import Agent, Delivery, Event, Page, Run, RunStatus
 
 T = TypeVar("T")
 
@@ -160,6 +160,9 @@ class Client:
 
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         return self._thread.run(self._async.events(run_id, after=after, limit=limit))
+
+    def deliveries(self, run_id: str) -> list[Delivery]:
+        return self._thread.run(self._async.deliveries(run_id))
 
     def follow(self, run_id: str, *, after: int = 0, poll: float = 0.5) -> Iterator[Event]:
         return self._thread.iterate(self._async.follow(run_id, after=after, poll=poll))

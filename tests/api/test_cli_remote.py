@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from lantern.demo.receiver import Receiver
 from tests.api.test_endpoints import NOOP
 from tests.server import ALL_SCOPES, LANTERN, Server, make_key
 
@@ -59,3 +60,19 @@ def test_workers_list_shows_the_running_replica(api_server: Server) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert f"test-{api_server.port}" in shown.stdout and "heartbeat" in shown.stdout
+
+
+def test_remote_runs_show_lists_deliveries(api_server: Server, receiver: Receiver) -> None:
+    from lantern import Client
+    from tests.crash.test_deliver_once import deliveries_agent
+
+    key = make_key(api_server.database_url, "default", ALL_SCOPES)
+    with Client(api_server.url, key) as client:
+        client.apply_agent(deliveries_agent(receiver.url, gate_first=False))
+        run = client.wait(client.create_run("pay", {}).id, timeout=30)
+        assert run.status == "succeeded"
+        sent = client.deliveries(run.id)
+    assert [(d.name, d.status) for d in sent] == [("first", "delivered"), ("second", "delivered")]
+    shown = lantern(api_server, key, "runs", "show", run.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "first" in shown.stdout and "second" in shown.stdout and "delivered" in shown.stdout
