@@ -140,6 +140,7 @@ class _Drive:
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
+        self._secrets: list[str] | None = None
         if run.cancel_requested:
             self.cancelled.set()
 
@@ -323,6 +324,12 @@ class _Drive:
             for step in fresh:
                 self._spawn(step, 1)
 
+    async def _signing_secrets(self) -> list[str]:
+        """The workspace's webhook secrets, read once per drive rather than once per step."""
+        if self._secrets is None:
+            self._secrets = await self.r.store.signing_secrets(self.run.workspace)
+        return self._secrets
+
     def _spawn(self, step: str, attempt: int) -> None:
         node = self.graph.nodes[step]
         visible = interpreter.ancestors(self.graph, step)
@@ -342,7 +349,7 @@ class _Drive:
             deliveries=Deliveries(
                 self.r.store, self.lease, step_id=step, attempt=attempt, idempotency_key=key
             ),
-            signing_secrets=lambda: self.r.store.signing_secrets(self.run.workspace),
+            signing_secrets=self._signing_secrets,
         )
         task = asyncio.ensure_future(executor_for(node.type)(ctx))
         self.tasks[task] = step
