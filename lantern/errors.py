@@ -10,7 +10,8 @@
     ├── StoreError                 the database refused or failed
     │   └── LeaseLost              a fenced write by a writer whose lease is gone
     └── StepError                  a step failed; carries its error class and retryability
-        └── TemplateError          a template could not be rendered
+        ├── TemplateError          a template could not be rendered
+        └── BudgetExceeded         a model call would pass the run's or workspace's budget
 
     Crash (BaseException)          test-only: abandons a run as a SIGKILL would
 
@@ -88,3 +89,16 @@ class StepError(LanternError):
 class TemplateError(StepError):
     def __init__(self, message: str) -> None:
         super().__init__(message, error_class="tool", retryable=False)
+
+
+class BudgetExceeded(StepError):
+    """A model call would pass a budget; raised before the provider is contacted. The run
+    fails with error code ``budget_exceeded`` (never retried: the spend only grows)."""
+
+    code = "budget_exceeded"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_class="llm", retryable=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {**super().to_json(), "code": self.code}

@@ -19,9 +19,19 @@ def run_json(run: Any) -> dict[str, Any]:
         "error": run.error,
         "createdAt": run.created_at.isoformat(),
         "updatedAt": run.updated_at.isoformat(),
-        # Model calls (and so tokens and cost) arrive with the model layer.
-        "usage": {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0},
+        "usage": usage_json(run),
         "cancelRequested": run.cancel_requested,
+    }
+
+
+def usage_json(run: Any) -> dict[str, Any]:
+    """A run's model usage (tokens, USD and calls), as the store or the API client has it."""
+    u = getattr(run, "usage", None)
+    return {
+        "inputTokens": getattr(u, "input_tokens", 0),
+        "outputTokens": getattr(u, "output_tokens", 0),
+        "costUsd": round(float(getattr(u, "cost_usd", 0.0)), 10),
+        "modelCalls": getattr(u, "model_calls", 0),
     }
 
 

@@ -69,6 +69,7 @@ class StepRow:
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
     rerun: bool = False  # in flight at a crash, so executed again with the same key
+    model: str = ""  # a model step's model and provider: "offline/echo (offline)"
 
 
 def step_rows(events: Sequence[Event]) -> list[StepRow]:
@@ -79,6 +80,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
     ended: dict[str, tuple[datetime, str]] = {}
     replayed: set[str] = set()
     rerun: set[str] = set()
+    models: dict[str, str] = {}
     for e in events:
         if e.kind == "step_started" and e.step_id:
             if e.step_id not in started:
@@ -86,6 +88,9 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
         elif e.kind in ("step_completed", "step_failed") and e.step_id:
             status = "completed" if e.kind == "step_completed" else "failed"
             ended[e.step_id] = (e.at, status)
+            output = e.data.get("output")
+            if "usage" in e.data and isinstance(output, dict) and output.get("provider"):
+                models[e.step_id] = f"{output.get('model')} ({output['provider']})"
         elif e.kind == "run_recovered":
             replayed.update(e.data.get("replayed", []))
             rerun.update(e.data.get("inFlight", []))
@@ -102,6 +107,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
                 attempt=attempt,
                 replayed=step in replayed,
                 rerun=step in rerun,
+                model=models.get(step, ""),
             )
         )
     return rows
@@ -122,13 +128,15 @@ def render(
         f"{len(recoveries)} recover{'y' if len(recoveries) == 1 else 'ies'}"
     )
     table = Table(box=None, pad_edge=False)
-    for column in ("step", "type", "start", "duration", "", "status", "attempt", "journal"):
+    columns = ["step", "type", "start", "duration", "", "status", "attempt", "journal"]
+    with_models = any(r.model for r in rows)
+    for column in [*columns, "model"] if with_models else columns:
         table.add_column(column, no_wrap=True)
     for r in rows:
         offset = int(r.start / total * BAR_WIDTH)
         length = max(1, int((r.duration or 0) / total * BAR_WIDTH))
         bar = Text(" " * offset + "█" * length, style=_STYLE.get(r.status, ""))
-        table.add_row(
+        cells: list[str | Text] = [
             r.step_id,
             r.node_type,
             f"+{r.start * 1000:.0f}ms",
@@ -137,8 +145,15 @@ def render(
             Text(r.status, style=_STYLE.get(r.status, "")),
             str(r.attempt),
             "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
-        )
+        ]
+        table.add_row(*cells, *([r.model] if with_models else []))
     console.print(table)
+    usage: Any = getattr(run, "usage", None)
+    if usage is not None and usage.model_calls:
+        console.print(
+            f"  usage: {usage.model_calls} model call(s), {usage.input_tokens} input and"
+            f" {usage.output_tokens} output tokens, ${usage.cost_usd:.6f}"
+        )
     for e in recoveries:
         console.print(
             f"  recovered at seq {e.seq}: {e.data.get('fromWorker')} -> {e.data.get('toWorker')}"

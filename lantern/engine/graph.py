@@ -9,15 +9,17 @@ import functools
 import re
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from lantern.engine import templates
-from lantern.errors import DefinitionError
+from lantern.errors import DefinitionError, UsageError
+from lantern.models import registry
+from lantern.models.budget import budget_problems
 
-AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector"})
-PLANNED_TYPES = frozenset({"ai-step", "subagent", "approval"})
+AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector", "ai-step"})
+PLANNED_TYPES = frozenset({"subagent", "approval"})
 RETRYABLE_CLASSES = frozenset({"any", "timeout", "llm", "connector", "tool"})
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -37,6 +39,7 @@ class Graph:
     predecessors: Mapping[str, tuple[str, ...]]
     successors: Mapping[str, tuple[str, ...]]
     trigger: str
+    budget: Mapping[str, Any] | None = None  # the agent's {maxUsd, maxTokens}
 
     @property
     def sinks(self) -> tuple[str, ...]:
@@ -59,7 +62,27 @@ class Graph:
         return MappingProxyType(found)
 
 
-def parse_agent(definition: Any) -> Graph:
+@dataclass(frozen=True)
+class PlainAgent:
+    """An agent with a model and tools and no graph: model turn, tool calls, model turn, ..."""
+
+    name: str
+    model: str
+    system: str | None
+    tools: tuple[str, ...]
+    max_turns: int
+    temperature: float | None
+    max_tokens: int | None
+    budget: Mapping[str, Any] | None
+
+
+PLAIN_FIELDS = frozenset(
+    {"name", "model", "system", "tools", "maxTurns", "temperature", "maxTokens", "budget"}
+)
+DEFAULT_MAX_TURNS = 10
+
+
+def parse_agent(definition: Any) -> Graph | PlainAgent:
     """Validate a whole agent definition and return its graph, or raise DefinitionError."""
     if not isinstance(definition, dict):
         raise DefinitionError(["the definition must be a JSON object"])
@@ -69,12 +92,13 @@ def parse_agent(definition: Any) -> Graph:
         problems.append(
             "name must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
+    if "budget" in definition:
+        problems += budget_problems("the agent", definition["budget"])
     graph = definition.get("graph")
     if graph is None:
         if "model" in definition:
-            problems.append("plain LLM agents (no graph) are not available yet")
-        else:
-            problems.append("a definition needs a 'graph' with 'nodes' and 'edges'")
+            return _parse_plain(definition, problems)
+        problems.append("a definition needs a 'graph' with 'nodes' and 'edges'")
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
         raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
@@ -82,7 +106,62 @@ def parse_agent(definition: Any) -> Graph:
     if problems:
         raise DefinitionError(problems)
     assert result is not None
-    return result
+    return replace(result, budget=definition.get("budget"))
+
+
+def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
+    unknown = set(definition) - PLAIN_FIELDS
+    if unknown:
+        problems.append(
+            f"a plain LLM agent has no fields {', '.join(sorted(map(str, unknown)))}"
+            f" (known: {', '.join(sorted(PLAIN_FIELDS))})"
+        )
+    _check_model_fields("the agent", definition, problems)
+    tools = definition.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+        problems.append("tools must be a list of tool names")
+        tools = []
+    elif len(set(tools)) != len(tools):
+        problems.append("tools lists a tool more than once")
+    turns = definition.get("maxTurns", DEFAULT_MAX_TURNS)
+    if not _is_int(turns) or not 1 <= turns <= 100:
+        problems.append("maxTurns must be an integer from 1 to 100")
+    if problems:
+        raise DefinitionError(problems)
+    return PlainAgent(
+        name=str(definition["name"]),
+        model=definition["model"],
+        system=definition.get("system"),
+        tools=tuple(tools),
+        max_turns=turns,
+        temperature=definition.get("temperature"),
+        max_tokens=definition.get("maxTokens"),
+        budget=definition.get("budget"),
+    )
+
+
+def _check_model_fields(where: str, data: Mapping[str, Any], problems: list[str]) -> None:
+    """model, system, temperature and maxTokens, as ai-step nodes and plain agents share them."""
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        problems.append(f"{where}: needs a model (a model name, offline/..., or route:NAME)")
+    else:
+        try:
+            problem = registry.model_problem(model, registry.default().routes)
+        except UsageError as exc:  # the routes configuration itself is broken
+            problem = str(exc)
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+    if "system" in data and not isinstance(data["system"], str):
+        problems.append(f"{where}: system must be a string (templates allowed)")
+    temperature = data.get("temperature", 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        problems.append(f"{where}: temperature must be a number")
+    elif not 0 <= temperature <= 2:
+        problems.append(f"{where}: temperature must be from 0 to 2")
+    max_tokens = data.get("maxTokens", 1)
+    if not _is_int(max_tokens) or max_tokens < 1:
+        problems.append(f"{where}: maxTokens must be a positive integer")
 
 
 def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph | None:
@@ -182,6 +261,8 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
             problems.append(f"{where}: data.args must be an object")
     elif node_type == "connector":
         _check_connector(where, data, problems)
+    elif node_type == "ai-step":
+        _check_ai_step(where, data, problems)
     if "retry" in data:
         _check_retry(where, data["retry"], problems)
     _check_templates(where, data, problems)
@@ -196,6 +277,14 @@ def _check_connector(where: str, data: dict[str, Any], problems: list[str]) -> N
         _check_email(where, data, problems)
     else:
         problems.append(f"{where}: unknown connector {kind!r} (known: email, http)")
+
+
+def _check_ai_step(where: str, data: dict[str, Any], problems: list[str]) -> None:
+    _check_model_fields(where, data, problems)
+    if not isinstance(data.get("prompt"), str):
+        problems.append(f"{where}: an ai-step needs data.prompt, a string (templates allowed)")
+    if data.get("responseFormat", "text") not in ("text", "json"):
+        problems.append(f"{where}: data.responseFormat must be 'text' or 'json'")
 
 
 def _check_http(where: str, data: dict[str, Any], problems: list[str]) -> None:

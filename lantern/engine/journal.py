@@ -107,18 +107,27 @@ class EventWriter:
         )
 
     def completed(
-        self, step_id: str, attempt: int, output: Any, encoded: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        output: Any,
+        encoded: str | None = None,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> NewEvent:
-        """``encoded`` is ``output`` already serialised, when the caller has it."""
+        """``encoded`` is ``output`` already serialised, when the caller has it. ``usage``, a
+        model step's tokens and cost, rides beside the output: the database adds it to the
+        run's totals in the same transaction (and it stays inline when the output is a blob)."""
         body = (dumps(output) if encoded is None else encoded).encode()
+        extra = {} if usage is None else {"usage": usage}
         if len(body) <= INLINE_LIMIT:
             return self.event(
-                "step_completed", {"output": output}, step_id=step_id, attempt=attempt
+                "step_completed", {"output": output, **extra}, step_id=step_id, attempt=attempt
             )
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         event = self.event(
             "step_completed",
-            {"outputRef": digest, "outputBytes": len(body)},
+            {"outputRef": digest, "outputBytes": len(body), **extra},
             step_id=step_id,
             attempt=attempt,
         )

@@ -27,9 +27,10 @@ import httpx
 
 from lantern.app import App
 from lantern.effects.claims import Deliveries
-from lantern.engine import interpreter
+from lantern.engine import interpreter, spend
 from lantern.engine.cancel import CANCELLED
-from lantern.engine.graph import Graph, parse_agent
+from lantern.engine.conversation import Conversation
+from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.engine.leases import LeaseKeeper
 from lantern.errors import LeaseLost, NotFound, StepError
@@ -64,7 +65,7 @@ class Runner:
         self.worker_id = worker_id
         self.http = http
         self.stopping = stopping or asyncio.Event()
-        self._graphs: dict[tuple[str, str, int], Graph] = {}
+        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
 
     async def drive(self, run_id: str, lease: Lease | None = None) -> Run | None:
         """Execute or re-drive a run; None when another worker holds it or ours was lost.
@@ -78,13 +79,13 @@ class Runner:
         if run.finished:
             return run  # re-driving a finished run invokes nothing and writes nothing
         graph = await self._graph(run)
-        drive = _Drive(self, run, graph)
+        drive = _new_drive(self, run, graph)
         known_empty = lease is not None and run.status == "queued"
         if lease is None and run.status == "queued" and not run.cancel_requested:
             # Lease and opening commit in one transaction: one commit fewer per run.
             lease = await drive.begin()
             if lease is None:
-                drive = _Drive(self, run, graph)
+                drive = _new_drive(self, run, graph)
         if lease is None:
             lease = await self.store.acquire_lease(run_id, self.worker_id, self.keeper.ttl)
             if lease is None:
@@ -114,7 +115,7 @@ class Runner:
             updated_at=datetime.now(UTC),
         )
 
-    async def _graph(self, run: Run) -> Graph:
+    async def _graph(self, run: Run) -> Graph | PlainAgent:
         key = (run.workspace, run.agent_name, run.agent_version)
         graph = self._graphs.get(key)
         if graph is None:
@@ -123,6 +124,12 @@ class Runner:
                 raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
             graph = self._graphs[key] = parse_agent(agent.definition)
         return graph
+
+
+def _new_drive(runner: Runner, run: Run, agent: Graph | PlainAgent) -> _Drive | Conversation:
+    if isinstance(agent, PlainAgent):
+        return Conversation(runner, run, agent)
+    return _Drive(runner, run, agent)
 
 
 class _Drive:
@@ -286,7 +293,10 @@ class _Drive:
                             output = json.loads(body)
                             # Canonical JSON (the hash chain) refuses what JSON cannot carry
                             # exactly, such as integers beyond 2^53.
-                            events.append(self.writer.completed(step, attempt, output, body))
+                            usage = spend.step_usage(self.graph.nodes[step], output)
+                            events.append(
+                                self.writer.completed(step, attempt, output, body, usage=usage)
+                            )
                             self.outputs[step] = output
                             continue
                     except (TypeError, ValueError) as err:
@@ -350,6 +360,12 @@ class _Drive:
                 self.r.store, self.lease, step_id=step, attempt=attempt, idempotency_key=key
             ),
             signing_secrets=self._signing_secrets,
+            gate=spend.gate(
+                self.r.store,
+                self.run,
+                self.graph.budget,
+                lambda: spend.of_graph(self.graph, self.outputs),
+            ),
         )
         task = asyncio.ensure_future(executor_for(node.type)(ctx))
         self.tasks[task] = step

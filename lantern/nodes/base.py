@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -12,6 +12,8 @@ from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
 from lantern.engine import templates
 from lantern.engine.graph import Node
+from lantern.models import registry
+from lantern.models.budget import Gate
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,9 @@ class StepContext:
     deliveries: Deliveries
     # The run's workspace's webhook signing secrets, newest first (none: send unsigned).
     signing_secrets: Callable[[], Awaitable[list[str]]]
+    # Model steps: the process's providers and routes, and the budget gate of this run.
+    models: registry.Models = field(default_factory=registry.default)
+    gate: Gate | None = None
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""
@@ -44,11 +49,12 @@ NodeExecutor = Callable[[StepContext], Awaitable[Any]]
 
 
 def executor_for(node_type: str) -> NodeExecutor:
-    from lantern.nodes import connector, tool, trigger
+    from lantern.nodes import ai_step, connector, tool, trigger
 
     executors: dict[str, NodeExecutor] = {
         "trigger": trigger.execute,
         "tool": tool.execute,
         "connector": connector.execute,
+        "ai-step": ai_step.execute,
     }
     return executors[node_type]

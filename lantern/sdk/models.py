@@ -25,6 +25,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    model_calls: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Usage:
@@ -33,6 +34,7 @@ class Usage:
             input_tokens=int(data.get("inputTokens") or 0),
             output_tokens=int(data.get("outputTokens") or 0),
             cost_usd=float(data.get("costUsd") or 0.0),
+            model_calls=int(data.get("modelCalls") or 0),
         )
 
 

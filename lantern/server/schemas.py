@@ -25,6 +25,7 @@ class Usage(BaseModel):
     inputTokens: int
     outputTokens: int
     costUsd: float
+    modelCalls: int
 
 
 class RunOut(BaseModel):

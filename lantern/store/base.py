@@ -19,6 +19,7 @@ from lantern.store.records import (
     Run,
     RunStatus,
     RunUpdate,
+    RunUsage,
     WorkerInfo,
 )
 
@@ -68,6 +69,9 @@ class Store(Protocol):
         """Which of these runs have a cancellation request."""
 
     async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def workspace_usage(self, workspace: str, since: datetime) -> RunUsage:
+        """The model usage of the workspace's runs created at or after ``since``."""
 
     async def list_runs(
         self,

@@ -39,6 +39,7 @@ from lantern.store.records import (
     Run,
     RunStatus,
     RunUpdate,
+    RunUsage,
     WorkerInfo,
 )
 
@@ -46,7 +47,7 @@ log = logging.getLogger("lantern.store.postgres")
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
-    " updated_at, cancel_requested"
+    " updated_at, cancel_requested, input_tokens, output_tokens, cost_usd, model_calls"
 )
 _KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
@@ -207,7 +208,8 @@ SELECT epoch FROM lease
 
 
 def _run(row: TupleRow) -> Run:
-    return Run(*row[:11])
+    run = Run(*row[:11])
+    return replace(run, usage=RunUsage(row[11], row[12], float(row[13]), row[14]))
 
 
 def _api_key(row: TupleRow) -> ApiKey:
@@ -389,7 +391,7 @@ class PostgresStore:
             " WHERE workspace = %s AND idempotency_key = %s",
             (workspace, idempotency_key),
         )
-        return None if row is None else (_run(row), row[11] or "")
+        return None if row is None else (_run(row), row[15] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         row = await self._fetchone(
@@ -442,6 +444,16 @@ class PostgresStore:
             (key_id,),
         )
         return row is not None
+
+    async def workspace_usage(self, workspace: str, since: datetime) -> RunUsage:
+        row = await self._fetchone(
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
+            " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(model_calls), 0)"
+            " FROM runs WHERE workspace = %s AND created_at >= %s",
+            (workspace, since),
+        )
+        assert row is not None
+        return RunUsage(int(row[0]), int(row[1]), float(row[2]), int(row[3]))
 
     async def get_run(self, run_id: str) -> Run | None:
         row = await self._fetchone(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))

@@ -21,6 +21,37 @@ class AgentVersion:
 
 
 @dataclass(frozen=True)
+class RunUsage:
+    """What a run's model calls spent: summed from the journal's ``step_completed`` events
+    that carry ``usage``, by the database in the transaction that writes them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: RunUsage) -> RunUsage:
+        return RunUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+            self.model_calls + other.model_calls,
+        )
+
+    def to_json(self) -> dict[str, int | float]:
+        return {
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "costUsd": round(self.cost_usd, 10),
+            "modelCalls": self.model_calls,
+        }
+
+
+@dataclass(frozen=True)
 class Run:
     id: str
     workspace: str
@@ -33,6 +64,7 @@ class Run:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool = False
+    usage: RunUsage = field(default_factory=RunUsage)
 
     @property
     def finished(self) -> bool:

@@ -37,6 +37,7 @@ from lantern.store.records import (
     Run,
     RunStatus,
     RunUpdate,
+    RunUsage,
     WorkerInfo,
 )
 
@@ -44,7 +45,7 @@ T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
-    " updated_at, cancel_requested"
+    " updated_at, cancel_requested, input_tokens, output_tokens, cost_usd, model_calls"
 )
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
@@ -66,6 +67,7 @@ def _run(row: sqlite3.Row) -> Run:
         created_at=_time(row[8]),
         updated_at=_time(row[9]),
         cancel_requested=bool(row[10]),
+        usage=RunUsage(row[11], row[12], row[13], row[14]),
     )
 
 
@@ -303,7 +305,7 @@ class SQLiteStore:
             " WHERE workspace = ? AND idempotency_key = ?"
         )
         row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
-        return None if row is None else (_run(row), row[11] or "")
+        return None if row is None else (_run(row), row[15] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         sql = (
@@ -349,6 +351,15 @@ class SQLiteStore:
         sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
         args = (time.time(), key_id)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def workspace_usage(self, workspace: str, since: datetime) -> RunUsage:
+        sql = (
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
+            " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(model_calls), 0)"
+            " FROM runs WHERE workspace = ? AND created_at >= ?"
+        )
+        row = await self._read(lambda c: c.execute(sql, (workspace, since.timestamp())).fetchone())
+        return RunUsage(int(row[0]), int(row[1]), float(row[2]), int(row[3]))
 
     async def get_run(self, run_id: str) -> Run | None:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
@@ -723,6 +734,14 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
 
 
 def _statements(script: str) -> list[str]:
-    """Split a migration into statements (our SQL files hold no semicolons in literals)."""
+    """Split a migration into statements (our SQL files hold no semicolons in literals); a
+    trigger's body holds several, so pieces join until SQLite calls the statement complete."""
     lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements, pending = [], ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lantern.engine.graph import Graph, parse_agent
+from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.errors import DefinitionError, UsageError
 
 START = {"id": "start", "type": "trigger"}
@@ -314,10 +314,6 @@ def test_an_invalid_retry_block(retry: Any, expected: str) -> None:
     ("node", "expected"),
     [
         (
-            {"id": "draft", "type": "ai-step", "data": {"model": "gpt-4o-mini", "prompt": "x"}},
-            "node 'draft': node type 'ai-step' is not available yet",
-        ),
-        (
             {"id": "child", "type": "subagent", "data": {"agentName": "summarise"}},
             "node 'child': node type 'subagent' is not available yet",
         ),
@@ -331,9 +327,36 @@ def test_planned_features_are_not_available_yet(node: dict[str, Any], expected: 
     assert one_problem(fan_out(node)) == expected
 
 
-def test_a_plain_llm_agent_is_not_available_yet() -> None:
-    problem = one_problem({"name": "helper", "model": "claude-sonnet-4-5", "tools": ["x"]})
-    assert "plain LLM agents" in problem and "not available yet" in problem
+def test_a_plain_llm_agent_parses_with_defaults() -> None:
+    parsed = parse_agent({"name": "helper", "model": "claude-haiku-4-5", "tools": ["crm.lookup"]})
+    assert isinstance(parsed, PlainAgent)
+    assert (parsed.model, parsed.tools, parsed.max_turns) == (
+        "claude-haiku-4-5",
+        ("crm.lookup",),
+        10,
+    )
+
+
+def test_a_bad_plain_llm_agent_reports_every_problem() -> None:
+    problems = problems_of(
+        {"name": "helper", "model": "", "tools": "x", "maxTurns": 0, "budget": {"maxUsd": -1}}
+    )
+    assert len(problems) == 4, problems
+    assert any("needs a model" in p for p in problems)
+    assert any("tools must be a list" in p for p in problems)
+    assert any("maxTurns must be an integer from 1 to 100" in p for p in problems)
+    assert any("budget.maxUsd must be a non-negative number" in p for p in problems)
+
+
+def test_an_ai_step_node_is_validated() -> None:
+    node = {
+        "id": "draft",
+        "type": "ai-step",
+        "data": {"model": "offline/echo", "prompt": 3, "responseFormat": "xml"},
+    }
+    problems = problems_of(fan_out(node))
+    assert "node 'draft': an ai-step needs data.prompt, a string (templates allowed)" in problems
+    assert "node 'draft': data.responseFormat must be 'text' or 'json'" in problems
 
 
 @pytest.mark.parametrize(
@@ -427,7 +450,7 @@ def test_every_problem_is_reported_in_one_error() -> None:
         "node 'weird': unknown node type 'magic'",
         "node 'flaky': retry has unknown fields jitter",
         "node 'flaky': retry.maxAttempts must be an integer from 1 to 100",
-        "node 'draft': node type 'ai-step' is not available yet",
+        "node 'draft': needs a model (a model name, offline/..., or route:NAME)",
         "node 'draft': template '{{ input.x ' does not parse",
         "target node 'ghost' does not exist",
         "the graph has a cycle through nodes loop1, loop2",

@@ -24,6 +24,10 @@ CREATE TABLE runs (
     idempotency_key  text,
     request_digest   text,
     cancel_requested boolean NOT NULL DEFAULT false,
+    input_tokens     bigint  NOT NULL DEFAULT 0,
+    output_tokens    bigint  NOT NULL DEFAULT 0,
+    cost_usd         double precision NOT NULL DEFAULT 0,
+    model_calls      integer NOT NULL DEFAULT 0,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -101,3 +105,20 @@ CREATE TABLE signing_secrets (
     previous_secret  text,
     previous_until   timestamptz
 );
+
+-- A run's usage is the sum of its journal's usage, kept in the same transaction.
+CREATE FUNCTION lantern_add_run_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE runs SET
+        input_tokens = input_tokens + COALESCE((NEW.data #>> '{usage,inputTokens}')::bigint, 0),
+        output_tokens = output_tokens + COALESCE((NEW.data #>> '{usage,outputTokens}')::bigint, 0),
+        cost_usd = cost_usd + COALESCE((NEW.data #>> '{usage,costUsd}')::double precision, 0),
+        model_calls = model_calls + COALESCE((NEW.data #>> '{usage,modelCalls}')::integer, 0)
+    WHERE id = NEW.run_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER journal_events_usage AFTER INSERT ON journal_events FOR EACH ROW
+    WHEN (NEW.kind = 'step_completed' AND NEW.data ? 'usage')
+    EXECUTE FUNCTION lantern_add_run_usage();

@@ -25,6 +25,10 @@ CREATE TABLE runs (
     idempotency_key  TEXT,
     request_digest   TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    input_tokens     INTEGER NOT NULL DEFAULT 0,
+    output_tokens    INTEGER NOT NULL DEFAULT 0,
+    cost_usd         REAL    NOT NULL DEFAULT 0,
+    model_calls      INTEGER NOT NULL DEFAULT 0,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -99,3 +103,15 @@ CREATE TABLE signing_secrets (
     previous_secret  TEXT,
     previous_until   REAL
 );
+
+-- A run's usage is the sum of its journal's usage, kept in the same transaction.
+CREATE TRIGGER journal_events_usage AFTER INSERT ON journal_events
+WHEN NEW.kind = 'step_completed' AND json_type(NEW.data, '$.usage') = 'object'
+BEGIN
+    UPDATE runs SET
+        input_tokens = input_tokens + COALESCE(json_extract(NEW.data, '$.usage.inputTokens'), 0),
+        output_tokens = output_tokens + COALESCE(json_extract(NEW.data, '$.usage.outputTokens'), 0),
+        cost_usd = cost_usd + COALESCE(json_extract(NEW.data, '$.usage.costUsd'), 0),
+        model_calls = model_calls + COALESCE(json_extract(NEW.data, '$.usage.modelCalls'), 0)
+    WHERE id = NEW.run_id;
+END;

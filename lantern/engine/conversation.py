@@ -1,0 +1,272 @@
+"""Drives a plain LLM agent: model turn, tool calls, model turn, ... each a journaled step.
+
+The journal discipline is the graph runner's: a step's ``step_started`` is committed before
+it is invoked; its ``step_completed`` is committed with the next step's ``step_started`` (or
+the run's end) in one transaction; a re-drive folds the journal, serves every completed turn
+and tool call from it (the provider is never contacted for them), re-runs the one step in
+flight with the attempt it started with (so the same Idempotency-Key), and goes on. Steps run
+one at a time, so the conversation is a pure function of the completed steps (``turns``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from lantern.app import ToolContext
+from lantern.effects.claims import Deliveries
+from lantern.engine import turns
+from lantern.engine.cancel import CANCELLED
+from lantern.engine.graph import PlainAgent
+from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.engine.spend import gate
+from lantern.errors import LanternError, LeaseLost, StepError
+from lantern.ids import idempotency_key
+from lantern.models import registry, tools
+from lantern.models.budget import spent_in
+from lantern.models.call import call, journal_usage
+from lantern.models.records import ModelRequest, tool_calls_json
+from lantern.observability import metrics
+from lantern.store.codec import dumps, text_problem
+from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate, RunUsage
+
+if TYPE_CHECKING:
+    from lantern.engine.runner import Runner
+
+Step = tuple[turns.CallModel | turns.CallTool, int]  # the action, and its attempt
+
+
+class Conversation:
+    """One drive of one plain agent's run (the runner's counterpart of a graph drive)."""
+
+    def __init__(self, runner: Runner, run: Run, agent: PlainAgent) -> None:
+        self.r = runner
+        self.run = run
+        self.agent = agent
+        self.lease = Lease(run.id, runner.worker_id, 0)
+        self.writer = EventWriter(run.id)
+        self.outputs: dict[str, Any] = {}
+        self.attempts: dict[str, int] = {}
+        self.final: RunUpdate | None = None
+        self.cancelled = asyncio.Event()
+        self.models = registry.default()
+        self._begun: Step | None = None
+        self._opened = False
+        if run.cancel_requested:
+            self.cancelled.set()
+
+    async def begin(self) -> Lease | None:
+        """Lease a never-started run and journal its opening, in one transaction."""
+        events, update, step = self._plan(RunState())
+        lease = await self.r.store.start_run(
+            self.run.id, self.r.worker_id, self.r.keeper.ttl, events, update or RunUpdate("running")
+        )
+        if lease is not None:
+            self._committed(events, update)
+            self._begun, self._opened = step, True
+        return lease
+
+    async def execute(self, lease: Lease, state: RunState | None) -> None:
+        self.lease = lease
+        step = self._begun
+        if not self._opened:
+            if state is None:
+                state = fold(await self.r.store.events(self.run.id, blobs=True))
+            if state.terminal is not None:
+                return
+            if self.cancelled.is_set():
+                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
+                await self._commit(
+                    [self.writer.event("run_cancelled", {"by": "request"})],
+                    RunUpdate("cancelled", error=CANCELLED),
+                )
+                return
+            events, update, step = self._plan(state)
+            await self._commit(events, update)
+        while step is not None and self.final is None:
+            step = await self._perform(*step)
+
+    def _plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None, Step | None]:
+        """The opening commit of this drive, and the step to run once it is durable."""
+        self.writer = w = EventWriter(self.run.id, state.last_seq, state.last_hash)
+        self.outputs = dict(state.outputs)
+        self.attempts = dict(state.attempts)
+        if not state.started:
+            events = [w.event("run_started", {"worker": self.r.worker_id})]
+            update: RunUpdate | None = RunUpdate("running")
+        else:
+            metrics.RECOVERIES.inc()
+            if state.recoveries >= self.r.max_recoveries:
+                error = {
+                    "code": "recovery_exhausted",
+                    "message": f"the run was recovered {state.recoveries} times; giving up",
+                    "recoveries": state.recoveries,
+                }
+                return (
+                    [w.event("run_failed", {"error": error})],
+                    RunUpdate("failed", error=error),
+                    None,
+                )
+            events = [
+                w.event(
+                    "run_recovered",
+                    {
+                        "fromWorker": state.worker,
+                        "toWorker": self.r.worker_id,
+                        "epoch": self.lease.epoch,
+                        "attempt": state.recoveries + 1,
+                        "replayed": sorted(state.outputs),
+                        "inFlight": state.in_flight,
+                    },
+                )
+            ]
+            update = None
+        more, end, step = self._next()
+        return events + more, end or update, step
+
+    def _next(self) -> tuple[list[NewEvent], RunUpdate | None, Step | None]:
+        """What follows the steps completed so far: the next step started, or the run's end."""
+        action = turns.next_action(self.agent, self.outputs)
+        w = self.writer
+        if isinstance(action, turns.Finish):
+            return (
+                [w.event("run_succeeded", {"output": action.output})],
+                RunUpdate("succeeded", output=action.output),
+                None,
+            )
+        if isinstance(action, turns.GiveUp):
+            return (
+                [w.event("run_failed", {"error": action.error})],
+                RunUpdate("failed", error=action.error),
+                None,
+            )
+        if action.step in self.attempts:  # in flight at a crash: same attempt, same key
+            return [], None, (action, self.attempts[action.step])
+        self.attempts[action.step] = 1
+        kind = "llm" if isinstance(action, turns.CallModel) else "tool"
+        started = w.event("step_started", {"type": kind}, step_id=action.step, attempt=1)
+        return [started], None, (action, 1)
+
+    async def _perform(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Step | None:
+        task = asyncio.ensure_future(self._invoke(action, attempt))
+        cancel = asyncio.ensure_future(self.cancelled.wait())
+        try:
+            await asyncio.wait([task, cancel], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            event = self.writer.event("run_cancelled", {"by": "request"})
+            await self._commit([event], RunUpdate("cancelled", error=CANCELLED))
+            return None
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, StepError):
+            raise exc
+        events: list[NewEvent]
+        if exc is not None:
+            assert isinstance(exc, StepError)
+            error = {"code": "step_failed", "step": action.step, **exc.to_json()}
+            events = [
+                self.writer.event(
+                    "step_failed", {"error": exc.to_json()}, step_id=action.step, attempt=attempt
+                ),
+                self.writer.event("run_failed", {"error": error}),
+            ]
+            await self._commit(events, RunUpdate("failed", error=error))
+            return None
+        output = task.result()
+        usage = journal_usage(output) if isinstance(action, turns.CallModel) else None
+        events = [self.writer.completed(action.step, attempt, output, usage=usage)]
+        self.outputs[action.step] = output
+        if not self.r.keeper.live(self.run.id):
+            raise LeaseLost(self.run.id, self.lease.epoch)
+        if self.cancelled.is_set():
+            events.append(self.writer.event("run_cancelled", {"by": "request"}))
+            await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
+            return None
+        if self.r.stopping.is_set():  # a clean stop: journal what finished, start nothing
+            await self._commit(events, None)
+            return None
+        more, end, step = self._next()
+        await self._commit(events + more, end)
+        return step
+
+    async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
+        key = idempotency_key(self.run.id, action.step, attempt)
+        if isinstance(action, turns.CallModel):
+            return await self._model_turn(key)
+        return await self._tool_call(action, attempt, key)
+
+    async def _model_turn(self, key: str) -> dict[str, Any]:
+        specs = []
+        for wire, name in tools.wire_names(self.agent.tools).items():
+            tool = self.r.app.tools.get(name)
+            if tool is None:
+                raise StepError(
+                    f"tool {name!r} is not registered in this process"
+                    " (load it with --app MODULE:OBJECT)",
+                    error_class="tool",
+                )
+            specs.append(tools.spec(tool, wire))
+        request = ModelRequest(
+            model=self.agent.model,
+            messages=tuple(turns.transcript(self.agent, self.run.input, self.outputs)),
+            idempotency_key=key,
+            system=self.agent.system,
+            temperature=self.agent.temperature,
+            max_tokens=self.agent.max_tokens,
+            tools=tuple(specs),
+        )
+        result = await call(
+            self.models, request, gate(self.r.store, self.run, self.agent.budget, self._spent)
+        )
+        output = result.output()
+        output["toolCalls"] = tool_calls_json(result.response.tool_calls)
+        return output
+
+    def _spent(self) -> RunUsage:
+        return spent_in(
+            out.get("usage")
+            for step, out in self.outputs.items()
+            if step.startswith("llm:") and isinstance(out, dict)
+        )
+
+    async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
+        """The tool's answer; a failure goes back to the model as ``{"error": ...}``."""
+        tool = self.r.app.tools.get(action.tool) if action.tool else None
+        if tool is None:
+            return {"error": f"there is no tool {action.call.name!r}"}
+        deliveries = Deliveries(
+            self.r.store, self.lease, step_id=action.step, attempt=attempt, idempotency_key=key
+        )
+        context = ToolContext(self.run.id, action.step, attempt, key, deliveries.once)
+        try:
+            args = tools.validated(tool, dict(action.call.arguments))
+            result = await tool.call(context, args)
+        except ValueError as exc:
+            return {"error": f"invalid arguments for {action.tool!r}: {exc}"}
+        except LanternError as exc:
+            if not isinstance(exc, StepError):
+                raise  # a lost lease, a store failure: not the model's business
+            return {"error": str(exc)}
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            problem = text_problem(dumps(result))
+        except (TypeError, ValueError) as exc:
+            problem = f"it is not JSON: {exc}"
+        if problem is not None:
+            problem = f"tool {action.tool!r} returned a value the journal cannot store: {problem}"
+            return {"error": problem}
+        return result
+
+    async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        await self.r.store.append(Append(self.lease, tuple(events), update))
+        self._committed(events, update)
+
+    def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        if update is not None and update.status in TERMINAL:
+            self.final = update
+        for listener in self.r.app.commit_listeners:
+            listener(self.run.id, events)

@@ -1,0 +1,51 @@
+"""What the journal says a run has spent on models, and the budget gate of its steps."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lantern.engine.graph import Graph, Node
+from lantern.models.budget import Budget, Gate, spent_in, workspace_budgets
+from lantern.models.call import journal_usage
+from lantern.store.base import Store
+from lantern.store.records import Run, RunUsage
+
+MODEL_NODES = frozenset({"ai-step"})
+
+
+def _workspace_budgets() -> dict[str, Budget]:
+    return _parsed_budgets(os.environ.get("LANTERN_WORKSPACE_BUDGETS"))
+
+
+@functools.cache
+def _parsed_budgets(raw: str | None) -> dict[str, Budget]:
+    return workspace_budgets({} if raw is None else {"LANTERN_WORKSPACE_BUDGETS": raw})
+
+
+def gate(
+    store: Store, run: Run, budget: Mapping[str, Any] | None, spent: Callable[[], RunUsage]
+) -> Gate:
+    return Gate(
+        run_spent=spent,
+        run_budget=Budget.from_json(budget),
+        workspace=run.workspace,
+        workspace_spent=store.workspace_usage,
+        workspace_budgets=_workspace_budgets,
+    )
+
+
+def of_graph(graph: Graph, outputs: Mapping[str, Any]) -> RunUsage:
+    """The completed model steps' usage (what the journal holds, folded)."""
+    return spent_in(
+        out.get("usage")
+        for step, out in outputs.items()
+        if isinstance(out, dict) and graph.nodes[step].type in MODEL_NODES
+    )
+
+
+def step_usage(node: Node, output: Any) -> dict[str, Any] | None:
+    """The usage a step's ``step_completed`` carries (model steps only)."""
+    return journal_usage(output) if node.type in MODEL_NODES else None

@@ -1,0 +1,85 @@
+"""One model call as a step makes it: routed, checked against the budget, priced.
+
+Used by ``ai-step`` nodes and by plain agents' model turns. The result's ``usage`` is what
+the step journals (in its output, and beside it for the run's totals).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lantern.errors import StepError, UsageError
+from lantern.models import pricing, router
+from lantern.models.budget import Gate
+from lantern.models.records import ModelRequest, ModelResponse
+from lantern.models.registry import Models, wire_model
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    response: ModelResponse
+    model: str  # the model as configured (a route resolves to one of its models)
+    cost_usd: float
+    priced: bool
+    route: dict[str, Any] | None  # {name, tried: [{model, error}]} when a route was used
+
+    def usage_json(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "inputTokens": self.response.usage.input_tokens,
+            "outputTokens": self.response.usage.output_tokens,
+            "costUsd": self.cost_usd,
+        }
+        if not self.priced:
+            usage["priced"] = False  # the model has no price: tokens only
+        return usage
+
+    def output(self) -> dict[str, Any]:
+        """The fields every model step's output carries."""
+        out: dict[str, Any] = {
+            "text": self.response.text,
+            "model": self.model,
+            "provider": self.response.provider,
+            "usage": self.usage_json(),
+        }
+        if self.route is not None:
+            out["route"] = self.route
+        return out
+
+
+async def call(models: Models, request: ModelRequest, gate: Gate | None) -> ModelResult:
+    try:
+        names = router.candidates(request.model, models.routes)
+    except UsageError as exc:
+        raise StepError(str(exc), error_class="llm") from exc
+    tried: list[dict[str, str]] = []
+    for index, model in enumerate(names):
+        if gate is not None:
+            await gate.check(model, request)
+        provider = models.provider(model)
+        try:
+            response = await provider.complete(replace(request, model=wire_model(model)))
+        except StepError as exc:
+            if not exc.retryable or index == len(names) - 1:
+                raise
+            tried.append({"model": model, "error": str(exc)})
+            continue
+        usd, priced = pricing.cost(model, response.usage)
+        route = None
+        if request.model.startswith(router.PREFIX):
+            route = {"name": request.model[len(router.PREFIX) :], "tried": tried}
+        return ModelResult(response, model, usd, priced, route)
+    raise AssertionError("a route has at least one model")  # parse_routes guarantees it
+
+
+def journal_usage(output: Any) -> dict[str, Any] | None:
+    """The ``usage`` a model step's ``step_completed`` carries for the run's totals."""
+    if not isinstance(output, dict) or not isinstance(output.get("usage"), dict):
+        return None
+    u = output["usage"]
+    return {
+        "inputTokens": int(u.get("inputTokens") or 0),
+        "outputTokens": int(u.get("outputTokens") or 0),
+        "costUsd": float(u.get("costUsd") or 0.0),
+        "modelCalls": 1,
+    }

@@ -1,0 +1,127 @@
+"""OpenAI chat completions through the official SDK; any OpenAI-compatible endpoint works
+too (vLLM, Ollama, llama.cpp's server) with ``OPENAI_BASE_URL``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from lantern.errors import StepError
+from lantern.models import errors
+from lantern.models.clients import PerLoop
+from lantern.models.records import Message, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from lantern.observability.tracing import inject_headers
+
+TIMEOUT_S = 120.0
+
+
+def _client() -> AsyncOpenAI:
+    try:
+        return AsyncOpenAI(max_retries=0, timeout=TIMEOUT_S)
+    except openai.OpenAIError as exc:
+        raise StepError(
+            f"openai: {exc} (set OPENAI_API_KEY, and OPENAI_BASE_URL for another endpoint)",
+            error_class="llm",
+        ) from exc
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self) -> None:
+        self._clients = PerLoop(_client)
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        client = self._clients.get()
+        headers = {"Idempotency-Key": request.idempotency_key}
+        inject_headers(headers)
+        kwargs: dict[str, Any] = {"model": request.model, "messages": _messages(request)}
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.json:
+            kwargs["response_format"] = {"type": "json_object"}
+        if request.tools:
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": dict(t.parameters),
+                    },
+                }
+                for t in request.tools
+            ]
+        try:
+            answer = await client.chat.completions.create(**kwargs, extra_headers=headers)
+        except openai.APIStatusError as exc:
+            raise errors.status_error(
+                self.name, request.model, exc.status_code, exc.message
+            ) from exc
+        except openai.APIConnectionError as exc:  # timeouts included
+            raise errors.connection_error(self.name, request.model, str(exc)) from exc
+        except openai.OpenAIError as exc:  # an answer the SDK could not read
+            raise errors.bad_answer(self.name, request.model, str(exc)) from exc
+        if not answer.choices:
+            raise errors.bad_answer(self.name, request.model, "the answer has no choices")
+        message = answer.choices[0].message
+        calls = []
+        for call in message.tool_calls or ():
+            function = getattr(call, "function", None)
+            if function is None:
+                continue  # a custom (non-function) tool call: Lantern offers none
+            calls.append(ToolCall(call.id, function.name, _arguments(function.arguments)))
+        usage = answer.usage
+        return ModelResponse(
+            text=message.content or "",
+            model=answer.model or request.model,
+            provider=self.name,
+            usage=TokenUsage(
+                usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0
+            ),
+            tool_calls=tuple(calls),
+        )
+
+
+def _arguments(raw: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        # Passed on as is: the tool step reports the bad arguments back to the model.
+        return {"_unparsed": raw}
+    return value if isinstance(value, dict) else {"_unparsed": raw}
+
+
+def _messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    out += [_message(m) for m in request.messages]
+    return out
+
+
+def _message(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.role == "assistant" and m.tool_calls:
+        return {
+            "role": "assistant",
+            "content": m.content or None,
+            "tool_calls": [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))},
+                }
+                for c in m.tool_calls
+            ],
+        }
+    return {"role": m.role, "content": m.content}

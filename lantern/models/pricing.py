@@ -1,0 +1,91 @@
+"""What a model call costs, from the price table in ``prices.json`` (package data).
+
+Prices are USD per million input and output tokens. A model the table does not know costs
+nothing on paper: its tokens are still counted and its usage says ``priced: false``.
+``LANTERN_MODEL_PRICES=FILE`` adds or overrides entries without a release.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lantern.errors import UsageError
+from lantern.models.offline import PREFIX as OFFLINE
+from lantern.models.records import TokenUsage
+
+log = logging.getLogger("lantern.models.pricing")
+
+
+@dataclass(frozen=True)
+class Price:
+    input: float  # USD per million tokens
+    output: float
+
+    def cost(self, usage: TokenUsage) -> float:
+        return (usage.input_tokens * self.input + usage.output_tokens * self.output) / 1_000_000
+
+
+FREE = Price(0.0, 0.0)
+
+
+def _entries(raw: Any, where: str) -> dict[str, Price]:
+    models = raw.get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, dict):
+        raise UsageError(f'{where}: expected {{"models": {{NAME: {{input, output}}}}}}')
+    out = {}
+    for name, p in models.items():
+        try:
+            out[name] = Price(float(p["input"]), float(p["output"]))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise UsageError(f"{where}: model {name!r} needs numeric input and output") from exc
+    return out
+
+
+@functools.cache
+def table() -> dict[str, Price]:
+    text = (resources.files("lantern.models") / "prices.json").read_text()
+    prices = _entries(json.loads(text), "prices.json")
+    extra = os.environ.get("LANTERN_MODEL_PRICES")
+    if extra:
+        try:
+            raw = json.loads(Path(extra).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"LANTERN_MODEL_PRICES={extra!r}: {exc}") from exc
+        prices.update(_entries(raw, f"LANTERN_MODEL_PRICES={extra!r}"))
+    return prices
+
+
+def price(model: str) -> Price | None:
+    """The model's price, None when unknown. ``provider/model`` names are looked up bare."""
+    if model.startswith(OFFLINE):
+        return FREE
+    prices = table()
+    bare = model.split("/", 1)[1] if model.startswith(("openai/", "anthropic/")) else model
+    if bare in prices:
+        return prices[bare]
+    # Dated snapshots (gpt-4o-2024-08-06, claude-sonnet-4-5-20250929): longest listed prefix.
+    for name in sorted(prices, key=len, reverse=True):
+        if bare.startswith(name + "-"):
+            return prices[name]
+    return None
+
+
+@functools.cache
+def _warn_unpriced(model: str) -> None:
+    log.warning("no price known for model %r: its tokens are counted, its cost is not", model)
+
+
+def cost(model: str, usage: TokenUsage) -> tuple[float, bool]:
+    """(USD, whether the model has a price)."""
+    p = price(model)
+    if p is None:
+        _warn_unpriced(model)
+        return 0.0, False
+    return round(p.cost(usage), 10), True

@@ -1,0 +1,72 @@
+"""The user's tools as a model sees them: a JSON schema from the type hints, the docstring as
+the description, and a wire name the providers accept.
+
+Providers allow only letters, digits, ``_`` and ``-`` in tool names, so ``crm.lookup`` goes
+on the wire as ``crm_lookup``; the mapping is a pure function of the agent's tool list, so a
+re-drive maps a journaled tool call back to the same tool.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Sequence
+from typing import Any, get_type_hints
+
+import pydantic
+
+from lantern.app import Tool
+from lantern.models.records import ToolSpec
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def wire_names(tools: Sequence[str]) -> dict[str, str]:
+    """wire name -> tool name, for an agent's tool list (unique, at most 64 characters)."""
+    out: dict[str, str] = {}
+    for name in tools:
+        base = _UNSAFE.sub("_", name)[:60] or "tool"
+        wire, k = base, 2
+        while wire in out:
+            wire, k = f"{base}_{k}", k + 1
+        out[wire] = name
+    return out
+
+
+@functools.cache
+def arguments_model(tool: Tool) -> type[pydantic.BaseModel]:
+    """A pydantic model of the tool's keyword arguments (its context parameter left out)."""
+    try:
+        hints = get_type_hints(tool.fn)
+    except Exception:  # unresolvable annotations: take every argument as any JSON
+        hints = {}
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(tool.fn).parameters.values():
+        if param.name == tool.context_param or param.kind in (
+            param.VAR_POSITIONAL,
+            param.VAR_KEYWORD,
+        ):
+            continue
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    return pydantic.create_model(f"{_UNSAFE.sub('_', tool.name)}_arguments", **fields)
+
+
+def spec(tool: Tool, wire: str) -> ToolSpec:
+    schema = arguments_model(tool).model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return ToolSpec(wire, tool.description or f"The tool {tool.name}.", schema)
+
+
+def validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The model's arguments checked (and coerced) against the tool's hints; raises
+    ValueError with pydantic's explanation when they do not fit."""
+    try:
+        model = arguments_model(tool).model_validate(arguments)
+    except pydantic.ValidationError as exc:
+        raise ValueError(str(exc)) from exc
+    return {name: getattr(model, name) for name in type(model).model_fields}
