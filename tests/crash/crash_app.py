@@ -55,3 +55,15 @@ async def two_deliveries(ctx: lantern.ToolContext, url: str, gate_first: bool = 
             "second", lambda: _post(http, f"{url}/second", ctx.key_for("second"))
         )
     return {"first": first, "second": second}
+
+
+@app.tool("crm.lookup")
+async def crm_lookup(id: str) -> dict[str, str]:
+    """Find a customer by id."""
+    return {"id": id, "name": "Ada"}
+
+
+@app.tool("orders.list")
+def orders_list(customer: str, limit: int = 10) -> list[dict[str, object]]:
+    """The customer's latest orders, newest first."""
+    return [{"customer": customer, "order": n} for n in range(1, min(limit, 2) + 1)]

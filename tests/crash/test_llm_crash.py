@@ -1,0 +1,287 @@
+"""SIGKILL a real `lantern serve` around model calls, against the fake provider over HTTP
+through the real SDKs: a completed turn is never paid for twice, a turn in flight is sent
+again once with the same Idempotency-Key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lantern.engine.runs import apply_agent, create_run
+from lantern.ids import idempotency_key
+from lantern.store import Event, Store
+from tests.crash.processes import Serve
+from tests.crash.test_sigkill import wait_for_status
+from tests.fake_llm import FakeProvider, Script
+
+PROVIDERS = ["gpt-4o-mini", "claude-haiku-4-5"]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    provider = FakeProvider(script=Script(["Hello, Ada."])).start()
+    yield provider
+    provider.close()
+
+
+def drafting(name: str, model: str, **extra: Any) -> dict[str, Any]:
+    """trigger -> draft (ai-step) -> seen (tool noop with the draft's text and model)."""
+    return {
+        "name": name,
+        **extra,
+        "graph": {
+            "nodes": [
+                {"id": "start", "type": "trigger"},
+                {
+                    "id": "draft",
+                    "type": "ai-step",
+                    "data": {"model": model, "prompt": "Welcome {{ input.name }}"},
+                },
+                {
+                    "id": "seen",
+                    "type": "tool",
+                    "data": {
+                        "tool": "noop",
+                        "args": {
+                            "text": "{{ steps.draft.output.text }}",
+                            "model": "{{ steps.draft.output.model }}",
+                        },
+                    },
+                },
+            ],
+            "edges": [
+                {"source": "start", "target": "draft"},
+                {"source": "draft", "target": "seen"},
+            ],
+        },
+    }
+
+
+def serve(store: Store, tmp_path: Path, fake: FakeProvider, **env: str) -> Serve:
+    return Serve(store.url, tmp_path / "serve.log", LANTERN_WORKER_ID="w1", **fake.env(), **env)
+
+
+async def crash_at(
+    store: Store, tmp_path: Path, fake: FakeProvider, point: str, **env: str
+) -> None:
+    """Run a server that SIGKILLs itself right after the commit ``point`` (kind:step)."""
+    crashing = serve(store, tmp_path, fake, LANTERN_TEST_CRASH_AFTER=point, **env)
+    code = await asyncio.to_thread(crashing.proc.wait, 60)
+    crashing.out.close()
+    assert code == -9, crashing.output()
+
+
+async def finish(
+    store: Store,
+    tmp_path: Path,
+    fake: FakeProvider,
+    run_id: str,
+    status: str = "succeeded",
+    **env: str,
+) -> None:
+    second = serve(store, tmp_path, fake, **env)
+    try:
+        await wait_for_status(store, run_id, status, timeout=60)
+    finally:
+        second.stop()
+
+
+def completed(events: list[Event]) -> list[tuple[str | None, Any]]:
+    return [(e.step_id, e.data.get("output")) for e in events if e.kind == "step_completed"]
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+async def test_killed_after_a_model_turn_completed_the_provider_is_not_called_again(
+    store: Store, tmp_path: Path, fake: FakeProvider, model: str
+) -> None:
+    await apply_agent(store, drafting("draft", model))
+    run = await create_run(store, "draft", {"name": "Ada"})
+    await crash_at(store, tmp_path, fake, "step_completed:draft")
+    assert len(fake.calls()) == 1
+    before = await store.get_run(run.id)
+    assert before is not None and before.usage.model_calls == 1
+
+    await finish(store, tmp_path, fake, run.id)
+    assert len(fake.calls()) == 1  # the journal served the turn: no second call, no new tokens
+    after = await store.get_run(run.id)
+    assert after is not None
+    assert after.output == {"text": "Hello, Ada.", "model": model}
+    assert after.usage == before.usage
+    recovered = [e for e in await store.events(run.id) if e.kind == "run_recovered"]
+    assert "draft" in recovered[0].data["replayed"]
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+async def test_killed_while_a_model_call_is_in_flight_it_is_repeated_once_with_the_same_key(
+    store: Store, tmp_path: Path, fake: FakeProvider, model: str
+) -> None:
+    await apply_agent(store, drafting("draft", model))
+    run = await create_run(store, "draft", {"name": "Ada"})
+    fake.hold()
+    first = serve(store, tmp_path, fake)
+    assert await asyncio.to_thread(fake.arrived.wait, 60), first.output()
+    first.kill()  # the model call is unanswered
+    fake.release()
+
+    await finish(store, tmp_path, fake, run.id)
+    calls = fake.calls()
+    assert len(calls) == 2
+    assert {c.key for c in calls} == {idempotency_key(run.id, "draft", 1)}
+    assert calls[0].body == calls[1].body  # the same request, sent again
+    events = await store.events(run.id)
+    assert [s for s, _ in completed(events)].count("draft") == 1
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.usage.model_calls == 1
+
+
+# ----------------------------------------------------------------------------- plain agents
+
+HELPER_TURNS = [
+    [("crm_lookup", {"id": "c-42"})],
+    [("orders_list", {"customer": "c-42", "limit": 5})],
+    "Ada has orders 1 and 2.",
+]
+POINTS = [
+    "step_completed:llm:1",
+    "step_completed:tool:1:crm.lookup",
+    "step_completed:llm:2",
+    "step_completed:tool:2:orders.list",
+]
+
+
+def helper(model: str) -> dict[str, Any]:
+    return {
+        "name": "helper",
+        "model": model,
+        "system": "You help with customers.",
+        "tools": ["crm.lookup", "orders.list"],
+    }
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+async def test_a_plain_agent_killed_at_each_point_finishes_with_the_same_transcript(
+    store: Store, tmp_path: Path, fake: FakeProvider, model: str
+) -> None:
+    fake.script = Script(HELPER_TURNS)
+    await apply_agent(store, helper(model))
+    reference = await create_run(store, "helper", "What has customer c-42 ordered?")
+    await finish(store, tmp_path, fake, reference.id)
+    expected = completed(await store.events(reference.id))
+    assert [s for s, _ in expected] == [
+        "llm:1",
+        "tool:1:crm.lookup",
+        "llm:2",
+        "tool:2:orders.list",
+        "llm:3",
+    ]
+    ref = await store.get_run(reference.id)
+    assert ref is not None and ref.output["text"] == "Ada has orders 1 and 2."
+    assert ref.usage.model_calls == 3
+    points = POINTS if model == PROVIDERS[0] else POINTS[1:2]  # the other provider: one point
+    for point in points:
+        fake.requests.clear()
+        run = await create_run(store, "helper", "What has customer c-42 ordered?")
+        await crash_at(store, tmp_path, fake, point)
+        paid = len(fake.calls())
+        await finish(store, tmp_path, fake, run.id)
+        events = await store.events(run.id)
+        assert completed(events) == [
+            (s, _same_run(o, reference.id, run.id)) for s, o in expected
+        ], point
+        # Every turn completed before the kill was served from the journal.
+        assert len(fake.calls()) == 3, (point, paid)
+        stored = await store.get_run(run.id)
+        assert stored is not None
+        assert (stored.status, stored.output, stored.usage) == (ref.status, ref.output, ref.usage)
+
+
+def _same_run(output: Any, old: str, new: str) -> Any:
+    return json.loads(json.dumps(output).replace(old, new))
+
+
+async def test_a_plain_agent_model_turn_in_flight_is_sent_again_with_its_key(
+    store: Store, tmp_path: Path, fake: FakeProvider
+) -> None:
+    fake.script = Script(HELPER_TURNS)
+    await apply_agent(store, helper("gpt-4o-mini"))
+    run = await create_run(store, "helper", {"message": "What has customer c-42 ordered?"})
+    first = serve(store, tmp_path, fake, LANTERN_TEST_CRASH_AFTER="step_completed:llm:1")
+    await asyncio.to_thread(first.proc.wait, 60)
+    first.out.close()
+    fake.hold()
+    second = serve(store, tmp_path, fake)
+    assert await asyncio.to_thread(fake.arrived.wait, 60), second.output()
+    second.kill()  # llm:2 is in flight
+    fake.release()
+    await finish(store, tmp_path, fake, run.id)
+    keys = [c.key for c in fake.calls()]
+    assert keys == [
+        idempotency_key(run.id, "llm:1", 1),
+        idempotency_key(run.id, "llm:2", 1),
+        idempotency_key(run.id, "llm:2", 1),
+        idempotency_key(run.id, "llm:3", 1),
+    ]
+    # The model saw the tool's answer, in its native format.
+    tool_message = fake.calls()[1].body["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert json.loads(tool_message["content"]) == {"id": "c-42", "name": "Ada"}
+
+
+# ------------------------------------------------------------------------- budget and router
+
+
+async def test_budget_gate_after_a_crash_counts_what_was_spent_before_it(
+    store: Store, tmp_path: Path, fake: FakeProvider
+) -> None:
+    # gpt-4o: $2.50/M in, $10/M out. draft costs 10 in + 5 out = $0.000075; the second step's
+    # estimate (its prompt, plus maxTokens 100 of output) takes the run past $0.00015.
+    definition = drafting("budgeted", "gpt-4o", budget={"maxUsd": 0.00015})
+    definition["graph"]["nodes"][2] = {
+        "id": "seen",
+        "type": "ai-step",
+        "data": {"model": "gpt-4o", "prompt": "{{ steps.draft.output.text }}", "maxTokens": 100},
+    }
+    await apply_agent(store, definition)
+    run = await create_run(store, "budgeted", {"name": "Ada"})
+    await crash_at(store, tmp_path, fake, "step_completed:draft")
+    before = await store.get_run(run.id)
+    assert before is not None and before.usage.cost_usd == pytest.approx(0.000075)
+
+    await finish(store, tmp_path, fake, run.id, status="failed")
+    after = await store.get_run(run.id)
+    assert after is not None
+    assert after.usage == before.usage
+    assert after.error["code"] == "budget_exceeded"
+    assert after.error["step"] == "seen"
+    assert "maxUsd $0.00015" in after.error["message"]
+    assert [c.model for c in fake.calls()] == ["gpt-4o"]  # the provider never saw the call
+
+
+async def test_router_falls_back_on_503_and_a_replay_uses_the_journaled_choice(
+    store: Store, tmp_path: Path, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    routes = json.dumps({"cheap-then-strong": ["gpt-4o-mini", "claude-haiku-4-5"]})
+    monkeypatch.setenv("LANTERN_MODEL_ROUTES", routes)  # validation knows the route
+    await apply_agent(store, drafting("routed", "route:cheap-then-strong"))
+    fake.fail("gpt-4o-mini", 503)
+    run = await create_run(store, "routed", {"name": "Ada"})
+    await crash_at(store, tmp_path, fake, "step_completed:draft", LANTERN_MODEL_ROUTES=routes)
+    assert [(c.model, c.path) for c in fake.calls()] == [
+        ("gpt-4o-mini", "/v1/chat/completions"),
+        ("claude-haiku-4-5", "/v1/messages"),
+    ]
+    await finish(store, tmp_path, fake, run.id, LANTERN_MODEL_ROUTES=routes)
+    assert len(fake.calls()) == 2  # no re-routing: gpt-4o-mini would answer now
+    events = await store.events(run.id)
+    draft = dict(completed(events))["draft"]
+    assert draft["model"] == "claude-haiku-4-5" and draft["provider"] == "anthropic"
+    assert draft["route"]["name"] == "cheap-then-strong"
+    assert [t["model"] for t in draft["route"]["tried"]] == ["gpt-4o-mini"]
+    assert "503" in draft["route"]["tried"][0]["error"]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.output["model"] == "claude-haiku-4-5"
