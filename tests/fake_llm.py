@@ -141,6 +141,11 @@ class FakeProvider:
             self._held = False
         self._release.set()
 
+    def keys(self) -> list[str | None]:
+        """Every request's Idempotency-Key, in arrival order."""
+        with self._lock:
+            return [r.key for r in self.requests]
+
     def calls(self, model: str | None = None) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if model is None or r.model == model]

@@ -146,6 +146,8 @@ def run_agent(
                 finished = await w.runner.drive(created.id)
             if finished is None:
                 raise NotFound(f"run {created.id} was taken over by another worker")
+            # Read back: the database summed the run's model usage as it went.
+            finished = await store.get_run(created.id) or finished
         click.echo(json.dumps(run_json(finished), indent=2))
         return 0 if finished.status == "succeeded" else 1
 

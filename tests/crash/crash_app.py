@@ -1,7 +1,8 @@
 """The app the crash tests load with --app: a test-build hook that SIGKILLs its own process.
 
 ``LANTERN_TEST_CRASH_AFTER=step_completed:s2`` kills the process right after the commit that
-journals step s2's completion, before step s3 is invoked. The hook lives here, in the test
+journals step s2's completion, before step s3 is invoked (of the run
+``LANTERN_TEST_CRASH_RUN`` only, when that is set). The hook lives here, in the test
 build, and reaches the engine only through the public ``App.on_commit`` observer.
 """
 
@@ -18,11 +19,12 @@ from lantern.store import NewEvent
 
 app = lantern.App()
 _CRASH_AFTER = os.environ.get("LANTERN_TEST_CRASH_AFTER", "")
+_CRASH_RUN = os.environ.get("LANTERN_TEST_CRASH_RUN", "")
 
 
 @app.on_commit
 def crash_after(run_id: str, events: Sequence[NewEvent]) -> None:
-    if not _CRASH_AFTER:
+    if not _CRASH_AFTER or (_CRASH_RUN and run_id != _CRASH_RUN):
         return
     kind, _, step = _CRASH_AFTER.partition(":")
     if any(e.kind == kind and e.step_id == step for e in events):

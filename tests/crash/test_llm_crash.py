@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from lantern.engine.runs import apply_agent, create_run
+from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
-from lantern.store import Event, Store
+from lantern.models import registry
+from lantern.store import Event, Run, Store
 from tests.crash.processes import Serve
 from tests.crash.test_sigkill import wait_for_status
 from tests.fake_llm import FakeProvider, Script
@@ -163,15 +165,41 @@ def helper(model: str) -> dict[str, Any]:
     }
 
 
+async def reference_run(
+    store: Store, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, message: str
+) -> Run:
+    """The same agent run uncrashed, in this process (the crash app's tools, the fake's SDK
+    settings)."""
+    from tests.crash.crash_app import app
+
+    for name, value in fake.env().items():
+        monkeypatch.setenv(name, value)
+    run = await create_run(store, "helper", message)
+    try:
+        async with Worker(store, app, worker_id="reference", lease_ttl=60) as w:
+            assert w.runner is not None
+            done = await w.runner.drive(run.id)
+    finally:
+        await registry.default().aclose()
+    assert done is not None
+    stored = await store.get_run(run.id)  # with the usage the database summed
+    assert stored is not None
+    return stored
+
+
 @pytest.mark.parametrize("model", PROVIDERS)
 async def test_a_plain_agent_killed_at_each_point_finishes_with_the_same_transcript(
-    store: Store, tmp_path: Path, fake: FakeProvider, model: str
+    store: Store,
+    tmp_path: Path,
+    fake: FakeProvider,
+    model: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fake.script = Script(HELPER_TURNS)
+    message = "What has customer c-42 ordered?"
     await apply_agent(store, helper(model))
-    reference = await create_run(store, "helper", "What has customer c-42 ordered?")
-    await finish(store, tmp_path, fake, reference.id)
-    expected = completed(await store.events(reference.id))
+    ref = await reference_run(store, fake, monkeypatch, message)
+    expected = completed(await store.events(ref.id))
     assert [s for s, _ in expected] == [
         "llm:1",
         "tool:1:crm.lookup",
@@ -179,25 +207,36 @@ async def test_a_plain_agent_killed_at_each_point_finishes_with_the_same_transcr
         "tool:2:orders.list",
         "llm:3",
     ]
-    ref = await store.get_run(reference.id)
-    assert ref is not None and ref.output["text"] == "Ada has orders 1 and 2."
+    assert ref.output["text"] == "Ada has orders 1 and 2."
     assert ref.usage.model_calls == 3
+    fake.requests.clear()
+    # One run per point, each killed there by its own server; the next server re-drives the
+    # earlier runs too (and may cut them off again: any crash must leave the transcript whole).
     points = POINTS if model == PROVIDERS[0] else POINTS[1:2]  # the other provider: one point
+    runs = []
     for point in points:
-        fake.requests.clear()
-        run = await create_run(store, "helper", "What has customer c-42 ordered?")
-        await crash_at(store, tmp_path, fake, point)
-        paid = len(fake.calls())
-        await finish(store, tmp_path, fake, run.id)
-        events = await store.events(run.id)
-        assert completed(events) == [
-            (s, _same_run(o, reference.id, run.id)) for s, o in expected
-        ], point
-        # Every turn completed before the kill was served from the journal.
-        assert len(fake.calls()) == 3, (point, paid)
-        stored = await store.get_run(run.id)
+        run = await create_run(store, "helper", message)
+        runs.append(run.id)
+        await crash_at(store, tmp_path, fake, point, LANTERN_TEST_CRASH_RUN=run.id)
+        # The turns completed by the kill were each sent once.
+        turn = int(point.split(":")[2]) if point.startswith("step_completed:llm") else None
+        for k in range(1, (turn or int(point.split(":")[2])) + 1):
+            assert fake.keys().count(idempotency_key(run.id, f"llm:{k}", 1)) == 1, point
+    last = serve(store, tmp_path, fake)
+    try:
+        for run_id in runs:
+            await wait_for_status(store, run_id, "succeeded", timeout=60)
+    finally:
+        last.stop()
+    for run_id in runs:
+        events = await store.events(run_id)
+        assert completed(events) == [(s, _same_run(o, ref.id, run_id)) for s, o in expected]
+        stored = await store.get_run(run_id)
         assert stored is not None
-        assert (stored.status, stored.output, stored.usage) == (ref.status, ref.output, ref.usage)
+        assert (stored.output, stored.usage) == (ref.output, ref.usage)
+        keys = fake.keys()
+        for k in (1, 2, 3):  # sent once, or again (same key) if a kill caught it in flight
+            assert 1 <= keys.count(idempotency_key(run_id, f"llm:{k}", 1)) <= 2
 
 
 def _same_run(output: Any, old: str, new: str) -> Any:
