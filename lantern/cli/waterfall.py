@@ -128,15 +128,13 @@ def render(
         f"{len(recoveries)} recover{'y' if len(recoveries) == 1 else 'ies'}"
     )
     table = Table(box=None, pad_edge=False)
-    columns = ["step", "type", "start", "duration", "", "status", "attempt", "journal"]
-    with_models = any(r.model for r in rows)
-    for column in [*columns, "model"] if with_models else columns:
+    for column in ("step", "type", "start", "duration", "", "status", "attempt", "journal"):
         table.add_column(column, no_wrap=True)
     for r in rows:
         offset = int(r.start / total * BAR_WIDTH)
         length = max(1, int((r.duration or 0) / total * BAR_WIDTH))
         bar = Text(" " * offset + "█" * length, style=_STYLE.get(r.status, ""))
-        cells: list[str | Text] = [
+        table.add_row(
             r.step_id,
             r.node_type,
             f"+{r.start * 1000:.0f}ms",
@@ -145,9 +143,11 @@ def render(
             Text(r.status, style=_STYLE.get(r.status, "")),
             str(r.attempt),
             "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
-        ]
-        table.add_row(*cells, *([r.model] if with_models else []))
+        )
     console.print(table)
+    for r in rows:
+        if r.model:  # which model answered, and who: "offline" says no provider was paid
+            console.print(f"  {r.step_id}: model {r.model}")
     usage: Any = getattr(run, "usage", None)
     if usage is not None and usage.model_calls:
         console.print(

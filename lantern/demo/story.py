@@ -66,8 +66,8 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
         definition = json.loads((resources.files("lantern.demo") / "agent.json").read_text())
         agent = await api.apply_agent(definition)
         out.print(
-            f"PUT /v1/agents/{agent.name} -> v{agent.version}: lookup (tool) -> charge (http)"
-            " -> ship (http) -> notify (http)"
+            f"PUT /v1/agents/{agent.name} -> v{agent.version}: lookup (tool)"
+            " -> draft (ai-step, offline model) -> charge (http) -> ship (http) -> notify (http)"
         )
         receiver.hold(CRASH_AT)
         run = await api.create_run(
