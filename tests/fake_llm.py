@@ -110,10 +110,14 @@ class FakeProvider:
 
     def env(self) -> dict[str, str]:
         """Point both SDKs here (what a user does with a compatible endpoint)."""
+        return self.env_for(self.url)
+
+    @staticmethod
+    def env_for(url: str) -> dict[str, str]:
         return {
-            "OPENAI_BASE_URL": f"{self.url}/v1",
+            "OPENAI_BASE_URL": f"{url}/v1",
             "OPENAI_API_KEY": "sk-test",
-            "ANTHROPIC_BASE_URL": self.url,
+            "ANTHROPIC_BASE_URL": url,
             "ANTHROPIC_API_KEY": "sk-ant-test",
         }
 
