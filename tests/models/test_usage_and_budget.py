@@ -128,3 +128,36 @@ async def test_the_key_is_the_step_attempts_and_differs_across_attempts(
     keys = fake.keys()
     assert keys[0] == idempotency_key("run_x", "draft", 1)
     assert keys[1] == keys[2] == idempotency_key("run_x", "draft", 2) != keys[0]
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-haiku-4-5"])
+async def test_a_provider_request_carries_the_current_trace(fake: FakeProvider, model: str) -> None:
+    from opentelemetry import trace
+
+    span = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+            span_id=0x00F067AA0BA902B7,
+            is_remote=False,
+            trace_flags=trace.TraceFlags(1),
+        )
+    )
+    node = Node("draft", "ai-step", MappingProxyType({"model": model, "prompt": "Hi"}))
+    ctx = StepContext(
+        run_id="run_t",
+        step_id="draft",
+        node=node,
+        attempt=1,
+        idempotency_key=idempotency_key("run_t", "draft", 1),
+        scope={"input": {}},
+        app=lantern.App(),
+        http=None,
+        deliveries=None,  # type: ignore[arg-type]
+        signing_secrets=None,  # type: ignore[arg-type]
+    )
+    with trace.use_span(span):
+        await ai_step.execute(ctx)
+    (request,) = fake.calls()
+    assert request.headers["traceparent"] == (
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    )
