@@ -15,6 +15,7 @@ from lantern.app import load_app
 from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
 from lantern.errors import LanternError
+from lantern.models.registry import check_configuration
 from lantern.server.app import create_app
 
 
@@ -56,10 +57,12 @@ def serve(
         fail(str(exc), 2)
     try:
         tools = load_app(app_spec)
+        check_configuration()
     except LanternError as exc:
         fail(str(exc), 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the rest
+    for noisy in ("httpx", "httpx2"):  # a line per request (the model SDKs' too) drowns the rest
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("lantern").info(
         "worker %s serving %s on http://%s:%s", s.worker_id, s.database_url, s.host, s.port
     )

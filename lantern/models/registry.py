@@ -96,6 +96,16 @@ def _make(name: str) -> Provider:
     return OpenAIProvider()
 
 
+def check_configuration() -> None:
+    """Raise UsageError now for a broken route, price or budget setting (a server checks at
+    start, rather than failing model steps later)."""
+    from lantern.models import budget, pricing
+
+    router.routes_from_env()
+    pricing.table()
+    budget.workspace_budgets()
+
+
 @functools.cache
 def default() -> Models:
     """The providers of this process: one per provider, SDK clients shared by every run."""
