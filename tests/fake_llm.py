@@ -68,6 +68,7 @@ class FakeProvider:
     _answers: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _held: bool = False
+    _hold_after: int = 0
     _release: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
 
@@ -134,9 +135,11 @@ class FakeProvider:
         with self._lock:
             self.failures.setdefault(model, []).extend(statuses)
 
-    def hold(self) -> None:
+    def hold(self, after: int = 0) -> None:
+        """Keep requests in flight until ``release()``, once ``after`` more have been answered."""
         with self._lock:
             self._held = True
+            self._hold_after = len(self.requests) + after
             self._release.clear()
             self.arrived.clear()
 
@@ -163,7 +166,7 @@ class FakeProvider:
                 return self._answers[request.key]
             statuses = self.failures.get(request.model)
             failure = statuses.pop(0) if statuses else None
-            held = self._held
+            held = self._held and len(self.requests) > self._hold_after
         if held:
             self.arrived.set()
             self._release.wait(60)

@@ -112,7 +112,7 @@ def test_runs_are_created_idempotently_and_followed(alice: Caller) -> None:
 
     run = finished(alice, run_id)
     assert run["status"] == "succeeded" and run["output"] == {"x": 1}
-    assert run["usage"] == {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0}
+    assert run["usage"] == {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0, "modelCalls": 0}
     events = alice.get(f"/v1/runs/{run_id}/events").json()["items"]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_succeeded"

@@ -1,0 +1,134 @@
+"""Plain LLM agents in-process, through the real SDKs against the fake provider."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lantern
+from lantern.engine.runs import apply_agent, create_run
+from lantern.engine.worker import Worker
+from lantern.ids import idempotency_key
+from lantern.store import Store
+from tests.fake_llm import FakeProvider, Script
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    provider = FakeProvider().start()
+    for name, value in provider.env().items():
+        monkeypatch.setenv(name, value)
+    yield provider
+    provider.close()
+
+
+def app(calls: list[str]) -> lantern.App:
+    a = lantern.App()
+
+    @a.tool("crm.lookup")
+    async def lookup(ctx: lantern.ToolContext, id: str) -> dict[str, str]:
+        """Find a customer by id."""
+        calls.append(ctx.step_id)
+        if id == "boom":
+            raise RuntimeError("the CRM is down")
+        return {"id": id, "name": "Ada"}
+
+    return a
+
+
+async def drive(store: Store, definition: dict[str, Any], message: Any, calls: list[str]) -> Any:
+    await apply_agent(store, definition)
+    run = await create_run(store, definition["name"], message)
+    async with Worker(store, app(calls), worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        await w.runner.drive(run.id)
+    return await store.get_run(run.id)
+
+
+def helper(model: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "helper", "model": model, "system": "Help.", "tools": ["crm.lookup"], **extra}
+
+
+async def test_anthropic_tool_use_and_results_in_its_native_format(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script(
+        [[("crm_lookup", {"id": "c-1"}), ("crm_lookup", {"id": "c-2"})], "Both are Ada."]
+    )
+    calls: list[str] = []
+    run = await drive(store, helper("claude-haiku-4-5"), "Who are c-1 and c-2?", calls)
+    assert run.status == "succeeded", run.error
+    assert run.output["text"] == "Both are Ada." and run.output["turns"] == 2
+    assert calls == ["tool:1:crm.lookup", "tool:1:crm.lookup:2"]
+    first, second = fake.calls()
+    assert first.body["system"] == "Help."
+    tool = first.body["tools"][0]
+    assert tool["name"] == "crm_lookup" and tool["description"] == "Find a customer by id."
+    assert tool["input_schema"]["required"] == ["id"]
+    user, assistant, results = second.body["messages"]
+    assert user == {"role": "user", "content": "Who are c-1 and c-2?"}
+    assert [b["type"] for b in assistant["content"]] == ["tool_use", "tool_use"]
+    assert results["role"] == "user"
+    assert [b["tool_use_id"] for b in results["content"]] == [b["id"] for b in assistant["content"]]
+    assert json.loads(results["content"][1]["content"]) == {"id": "c-2", "name": "Ada"}
+    assert [c.key for c in fake.calls()] == [
+        idempotency_key(run.id, "llm:1", 1),
+        idempotency_key(run.id, "llm:2", 1),
+    ]
+    assert run.usage.model_calls == 2
+
+
+async def test_a_failing_tool_is_answered_to_the_model(store: Store, fake: FakeProvider) -> None:
+    fake.script = Script([[("crm_lookup", {"id": "boom"}), ("nope", {})], "Sorry."])
+    run = await drive(store, helper("gpt-4o-mini"), "Who is boom?", [])
+    assert run.status == "succeeded", run.error
+    messages = fake.calls()[1].body["messages"]
+    answers = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+    assert answers == [
+        {"error": "RuntimeError: the CRM is down"},
+        {"error": "there is no tool 'nope'"},
+    ]
+
+
+async def test_invalid_arguments_are_answered_to_the_model(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script([[("crm_lookup", {"name": "x"})], "Oops."])
+    calls: list[str] = []
+    run = await drive(store, helper("gpt-4o-mini"), "?", calls)
+    assert run.status == "succeeded" and calls == []  # the tool never ran
+    (answer,) = [m for m in fake.calls()[1].body["messages"] if m["role"] == "tool"]
+    assert "invalid arguments for 'crm.lookup'" in json.loads(answer["content"])["error"]
+
+
+async def test_max_turns_fails_a_run_that_keeps_calling_tools(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script([[("crm_lookup", {"id": "c-1"})]])  # forever
+    run = await drive(store, helper("gpt-4o-mini", maxTurns=2), "loop", [])
+    assert run.status == "failed" and run.error["code"] == "max_turns_exceeded"
+    assert len(fake.calls()) == 2
+
+
+async def test_an_unregistered_tool_fails_before_the_provider_is_called(
+    store: Store, fake: FakeProvider
+) -> None:
+    definition = helper("gpt-4o-mini", tools=["crm.lookup", "billing.charge"])
+    run = await drive(store, definition, "hi", [])
+    assert run.status == "failed" and run.error["step"] == "llm:1"
+    assert "'billing.charge' is not registered" in run.error["message"]
+    assert fake.calls() == []
+
+
+async def test_an_offline_plain_agent_needs_no_key(store: Store) -> None:
+    run = await drive(store, {"name": "echo", "model": "offline/echo"}, {"message": "hello"}, [])
+    assert run.status == "succeeded"
+    assert run.output == {
+        "text": "hello",
+        "model": "offline/echo",
+        "provider": "offline",
+        "turns": 1,
+    }
