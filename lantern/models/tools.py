@@ -12,7 +12,7 @@ import functools
 import inspect
 import re
 from collections.abc import Sequence
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 import pydantic
 
@@ -42,7 +42,12 @@ def arguments_model(tool: Tool) -> type[pydantic.BaseModel]:
     except Exception:  # unresolvable annotations: take every argument as any JSON
         hints = {}
     fields: dict[str, Any] = {}
-    for param in inspect.signature(tool.fn).parameters.values():
+    params = inspect.signature(tool.fn).parameters.values()
+    # A tool taking **kwargs takes any further argument too.
+    extra: Literal["allow", "ignore"] = (
+        "allow" if any(p.kind is p.VAR_KEYWORD for p in params) else "ignore"
+    )
+    for param in params:
         if param.name == tool.context_param or param.kind in (
             param.VAR_POSITIONAL,
             param.VAR_KEYWORD,
@@ -51,7 +56,11 @@ def arguments_model(tool: Tool) -> type[pydantic.BaseModel]:
         annotation = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    return pydantic.create_model(f"{_UNSAFE.sub('_', tool.name)}_arguments", **fields)
+    return pydantic.create_model(
+        f"{_UNSAFE.sub('_', tool.name)}_arguments",
+        __config__=pydantic.ConfigDict(extra=extra),
+        **fields,
+    )
 
 
 def spec(tool: Tool, wire: str) -> ToolSpec:
@@ -69,4 +78,5 @@ def validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
         model = arguments_model(tool).model_validate(arguments)
     except pydantic.ValidationError as exc:
         raise ValueError(str(exc)) from exc
-    return {name: getattr(model, name) for name in type(model).model_fields}
+    values = {name: getattr(model, name) for name in type(model).model_fields}
+    return {**values, **(model.model_extra or {})}

@@ -136,3 +136,15 @@ def test_max_turns_ends_a_run_that_keeps_calling_tools() -> None:
     agent = helper(maxTurns=1)
     action = turns.next_action(agent, {"llm:1": answer(calls=[("crm_lookup", {})])})
     assert isinstance(action, turns.GiveUp) and action.error["code"] == "max_turns_exceeded"
+
+
+def test_a_tool_taking_kwargs_gets_every_argument() -> None:
+    app = lantern.App()
+
+    @app.tool("note")
+    def note(text: str, **more: Any) -> dict[str, Any]:
+        return {"text": text, **more}
+
+    tool = app.tools["note"]
+    assert tools.validated(tool, {"text": "a", "tag": "b"}) == {"text": "a", "tag": "b"}
+    assert tools.spec(tool, "note").parameters["additionalProperties"] is True
