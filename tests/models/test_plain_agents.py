@@ -132,3 +132,28 @@ async def test_an_offline_plain_agent_needs_no_key(store: Store) -> None:
         "provider": "offline",
         "turns": 1,
     }
+
+
+async def test_a_plain_agent_cancelled_mid_turn_stops_there(
+    store: Store, fake: FakeProvider
+) -> None:
+    import asyncio
+
+    fake.script = Script([[("crm_lookup", {"id": "c-1"})], "done"])
+    fake.hold(after=1)  # the second turn never answers until released
+    await apply_agent(store, helper("gpt-4o-mini"))
+    run = await create_run(store, "helper", "hi")
+    async with Worker(store, app([]), worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        driving = asyncio.ensure_future(w.runner.drive(run.id))
+        assert await asyncio.to_thread(fake.arrived.wait, 30)
+        assert await store.request_cancel(run.id)
+        done = await asyncio.wait_for(driving, 30)
+    fake.release()
+    assert done is not None and done.status == "cancelled"
+    events = await store.events(run.id)
+    assert [e.step_id for e in events if e.kind == "step_completed"] == [
+        "llm:1",
+        "tool:1:crm.lookup",
+    ]
+    assert events[-1].kind == "run_cancelled"
