@@ -184,6 +184,9 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
         _check_connector(where, data, problems)
     if "retry" in data:
         _check_retry(where, data["retry"], problems)
+    timeout = data.get("timeoutMs", 1)
+    if not _is_int(timeout) or timeout <= 0:
+        problems.append(f"{where}: data.timeoutMs must be a positive integer (milliseconds)")
     _check_templates(where, data, problems)
     return Node(node_id, str(node_type), MappingProxyType(dict(data)))
 
@@ -231,9 +234,6 @@ def _check_email(where: str, data: dict[str, Any], problems: list[str]) -> None:
     for field in parts:
         if not isinstance(data[field], str):
             problems.append(f"{where}: data.{field} must be a string (templates allowed)")
-    timeout = data.get("timeoutMs", 1)
-    if not _is_int(timeout) or timeout <= 0:
-        problems.append(f"{where}: data.timeoutMs must be a positive integer")
 
 
 def _is_recipients(value: Any, *, empty_ok: bool) -> bool:

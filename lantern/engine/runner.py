@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,7 @@ from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.errors import LeaseLost, NotFound, StepError
 from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, executor_for
@@ -136,6 +138,9 @@ class _Drive:
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
         self.tasks: dict[asyncio.Task[Any], str] = {}
+        # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
+        self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
+        self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
         self.writer = EventWriter(run.id)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
@@ -173,10 +178,12 @@ class _Drive:
             await self._commit(events, update)
         for step, attempt in spawn:
             self._spawn(step, attempt)
+        for step, (attempt, due) in self._backoffs.items():
+            self._schedule(step, attempt, due)
         try:
             await self._loop()
         finally:
-            for task in self.tasks:
+            for task in [*self.tasks, *self.timers]:
                 task.cancel()
 
     def _plan(
@@ -190,8 +197,9 @@ class _Drive:
         if update is not None and update.status in TERMINAL:
             return events, update, []
         resume = [(s, state.attempts[s]) for s in state.in_flight]
+        self._backoffs = state.backing_off
         fresh = self._ready()
-        events += self._start(fresh)
+        events += self._start([(s, 1) for s in fresh])
         if interpreter.finished(self.graph, self.outputs):
             events, update = self._succeeded(events)
         return events, update, resume + [(s, 1) for s in fresh]
@@ -234,14 +242,15 @@ class _Drive:
         started = self.attempts.keys() | self.outputs.keys()
         return interpreter.ready(self.graph, self.outputs, started)
 
-    def _start(self, steps: Sequence[str]) -> list[NewEvent]:
-        for s in steps:
-            self.attempts[s] = 1
+    def _start(self, steps: Sequence[tuple[str, int]]) -> list[NewEvent]:
+        """Journal the start of each (step, attempt)."""
+        for step, attempt in steps:
+            self.attempts[step] = attempt
         return [
             self.writer.event(
-                "step_started", {"type": self.graph.nodes[s].type}, step_id=s, attempt=1
+                "step_started", {"type": self.graph.nodes[s].type}, step_id=s, attempt=attempt
             )
-            for s in steps
+            for s, attempt in steps
         ]
 
     def _succeeded(self, events: list[NewEvent]) -> tuple[list[NewEvent], RunUpdate]:
@@ -258,19 +267,24 @@ class _Drive:
 
     async def _cancel(self, events: list[NewEvent]) -> None:
         """Stop the steps in flight and journal the cancellation (with what did complete)."""
-        for task in self.tasks:
+        for task in [*self.tasks, *self.timers]:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, *self.timers, return_exceptions=True)
         self.tasks.clear()
+        self.timers.clear()
         events.append(self.writer.event("run_cancelled", {"by": "request"}))
         await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
 
     async def _steps(self, cancel: asyncio.Future[Any]) -> None:
-        while self.tasks:
-            await asyncio.wait([*self.tasks, cancel], return_when=asyncio.FIRST_COMPLETED)
+        while self.tasks or self.timers:
+            await asyncio.wait(
+                [*self.tasks, *self.timers, cancel], return_when=asyncio.FIRST_COMPLETED
+            )
             done = [task for task in self.tasks if task.done()]
+            due = [self.timers.pop(t) for t in [t for t in self.timers if t.done()]]
             events: list[NewEvent] = []
             failure: tuple[str, StepError] | None = None
+            backoffs: list[tuple[str, int, int]] = []
             for task in done:
                 step = self.tasks.pop(task)
                 attempt = self.attempts[step]
@@ -296,6 +310,10 @@ class _Drive:
                         error_class="tool",
                     )
                 assert isinstance(exc, StepError)
+                policy = RetryPolicy.of(self.graph.nodes[step].data)
+                if policy.retries(exc, attempt):
+                    events.append(self._retrying(step, attempt, policy, exc, backoffs))
+                    continue
                 failure = failure or (step, exc)
                 events.append(
                     self.writer.event(
@@ -316,13 +334,42 @@ class _Drive:
                 await self._cancel(events)
                 return
             fresh = [] if self.r.stopping.is_set() else self._ready()
-            events += self._start(fresh)
+            events += self._start([(s, 1) for s in fresh] + due)
             update = None
             if interpreter.finished(self.graph, self.outputs):
                 events, update = self._succeeded(events)
             await self._commit(events, update)
             for step in fresh:
                 self._spawn(step, 1)
+            for step, attempt in due:
+                self._spawn(step, attempt)
+            for step, attempt, due_ms in backoffs:
+                self._schedule(step, attempt, due_ms)
+
+    def _retrying(
+        self,
+        step: str,
+        attempt: int,
+        policy: RetryPolicy,
+        error: StepError,
+        backoffs: list[tuple[str, int, int]],
+    ) -> NewEvent:
+        """Journal that ``step`` gets another attempt, and when (which survives a crash)."""
+        delay = policy.delay_ms(attempt)
+        due = int(time.time() * 1000) + delay
+        backoffs.append((step, attempt + 1, due))
+        data = {
+            "attempt": attempt + 1,
+            "of": policy.max_attempts,
+            "error": error.to_json(),
+            "delayMs": delay,
+            "dueAt": due,
+        }
+        return self.writer.event("step_retrying", data, step_id=step, attempt=attempt + 1)
+
+    def _schedule(self, step: str, attempt: int, due_ms: int) -> None:
+        delay = max(0.0, due_ms / 1000 - time.time())
+        self.timers[asyncio.ensure_future(asyncio.sleep(delay))] = (step, attempt)
 
     async def _signing_secrets(self) -> list[str]:
         """The workspace's webhook secrets, read once per drive rather than once per step."""
@@ -351,7 +398,11 @@ class _Drive:
             ),
             signing_secrets=self._signing_secrets,
         )
-        task = asyncio.ensure_future(executor_for(node.type)(ctx))
+        work = executor_for(node.type)(ctx)
+        limit = timeout_s(node.data)
+        if limit is not None:
+            work = _within(work, limit, step)
+        task = asyncio.ensure_future(work)
         self.tasks[task] = step
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
@@ -363,3 +414,15 @@ class _Drive:
             self.final = update
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
+
+
+async def _within(work: Awaitable[Any], limit: float, step: str) -> Any:
+    """The step's work, cancelled when it runs past its ``timeoutMs``."""
+    try:
+        return await asyncio.wait_for(work, limit)
+    except TimeoutError:
+        raise StepError(
+            f"step {step!r} timed out after {round(limit * 1000)} ms",
+            error_class="timeout",
+            retryable=True,
+        ) from None
