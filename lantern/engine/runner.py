@@ -16,10 +16,11 @@ started with (so the same idempotency key), and goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -28,15 +29,17 @@ import httpx
 
 from lantern.app import App
 from lantern.effects.claims import Deliveries
-from lantern.engine import interpreter
+from lantern.engine import interpreter, waits
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
-from lantern.errors import LeaseLost, NotFound, StepError
-from lantern.ids import idempotency_key
+from lantern.engine.runs import create_run
+from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
+from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
+from lantern.nodes.base import WAITING_TYPES, Waiting
 from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
@@ -58,8 +61,10 @@ class Runner:
         http: httpx.AsyncClient,
         stopping: asyncio.Event | None = None,
         max_recoveries: int = 10,
+        on_queued: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
+        self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.max_recoveries = max_recoveries
         self.app = app
         self.keeper = keeper
@@ -141,6 +146,7 @@ class _Drive:
         # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
         self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
         self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
+        self.waiting: dict[str, dict[str, Any]] = {}  # parked steps: step_waiting data
         self.writer = EventWriter(run.id)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
@@ -198,6 +204,7 @@ class _Drive:
             return events, update, []
         resume = [(s, state.attempts[s]) for s in state.in_flight]
         self._backoffs = state.backing_off
+        self.waiting = dict(state.waiting)
         fresh = self._ready()
         events += self._start([(s, 1) for s in fresh])
         if interpreter.finished(self.graph, self.outputs):
@@ -206,6 +213,9 @@ class _Drive:
 
     def _opening(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         w = self.writer
+        if state.started and self.run.status == "waiting":
+            # Woken from a park (a decision, a child's end, a timeout): not a recovery.
+            return [w.event("run_resumed", {"worker": self.r.worker_id})], RunUpdate("running")
         if state.started:
             metrics.RECOVERIES.inc()
             if state.recoveries >= self.r.max_recoveries:
@@ -261,7 +271,21 @@ class _Drive:
     async def _loop(self) -> None:
         cancel = asyncio.ensure_future(self.cancelled.wait())
         try:
-            await self._steps(cancel)
+            while True:
+                await self._steps(cancel)
+                if self.final is not None or self.r.stopping.is_set():
+                    return
+                if cancel.done():
+                    await self._cancel([])
+                    return
+                if not self.waiting:
+                    return
+                # Nothing left to run: resume what has been decided, or park.
+                if not await self._resume_waits(cancel):
+                    await self._park()
+                    return
+                if self.final is not None:
+                    return
         finally:
             cancel.cancel()
 
@@ -287,64 +311,121 @@ class _Drive:
             backoffs: list[tuple[str, int, int]] = []
             for task in done:
                 step = self.tasks.pop(task)
-                attempt = self.attempts[step]
                 exc = task.exception()
                 if exc is not None and not isinstance(exc, StepError):
                     raise exc
-                if exc is None:
-                    try:
-                        body = dumps(task.result())
-                        problem = text_problem(body)
-                        if problem is None:
-                            # Downstream steps see exactly what a replay would read back.
-                            output = json.loads(body)
-                            # Canonical JSON (the hash chain) refuses what JSON cannot carry
-                            # exactly, such as integers beyond 2^53.
-                            events.append(self.writer.completed(step, attempt, output, body))
-                            self.outputs[step] = output
-                            continue
-                    except (TypeError, ValueError) as err:
-                        problem = f"it is not JSON: {err}"
-                    exc = StepError(
-                        f"step {step!r} returned a value the journal cannot store: {problem}",
-                        error_class="tool",
-                    )
-                assert isinstance(exc, StepError)
-                policy = RetryPolicy.of(self.graph.nodes[step].data)
-                if policy.retries(exc, attempt):
-                    events.append(self._retrying(step, attempt, policy, exc, backoffs))
-                    continue
-                failure = failure or (step, exc)
-                events.append(
-                    self.writer.event(
-                        "step_failed", {"error": exc.to_json()}, step_id=step, attempt=attempt
-                    )
+                outcome = exc if exc is not None else task.result()
+                failure = self._settle(step, outcome, events, backoffs) or failure
+            if not await self._advance(events, failure, backoffs, due, cancel):
+                return
+
+    def _settle(
+        self,
+        step: str,
+        outcome: Any,
+        events: list[NewEvent],
+        backoffs: list[tuple[str, int, int]],
+    ) -> tuple[str, StepError] | None:
+        """Journal how a step attempt ended; the failure that ends the run, if it does."""
+        attempt = self.attempts[step]
+        if isinstance(outcome, Waiting):
+            events.append(
+                self.writer.event("step_waiting", outcome.data, step_id=step, attempt=attempt)
+            )
+            self.waiting[step] = outcome.data
+            return None
+        if not isinstance(outcome, StepError):
+            try:
+                body = dumps(outcome)
+                problem = text_problem(body)
+                if problem is None:
+                    # Downstream steps see exactly what a replay would read back. Canonical
+                    # JSON (the hash chain) refuses what JSON cannot carry exactly, such as
+                    # integers beyond 2^53.
+                    output = json.loads(body)
+                    events.append(self.writer.completed(step, attempt, output, body))
+                    self.outputs[step] = output
+                    return None
+            except (TypeError, ValueError) as err:
+                problem = f"it is not JSON: {err}"
+            outcome = StepError(
+                f"step {step!r} returned a value the journal cannot store: {problem}",
+                error_class="tool",
+            )
+        policy = RetryPolicy.of(self.graph.nodes[step].data)
+        if policy.retries(outcome, attempt):
+            events.append(self._retrying(step, attempt, policy, outcome, backoffs))
+            return None
+        events.append(
+            self.writer.event(
+                "step_failed", {"error": outcome.to_json()}, step_id=step, attempt=attempt
+            )
+        )
+        return step, outcome
+
+    async def _advance(
+        self,
+        events: list[NewEvent],
+        failure: tuple[str, StepError] | None,
+        backoffs: list[tuple[str, int, int]],
+        due: list[tuple[str, int]],
+        cancel: asyncio.Future[Any],
+    ) -> bool:
+        """Commit what steps did with the steps it makes ready; False once the run ended."""
+        if failure is not None:
+            step, exc = failure
+            error = {"code": "step_failed", "step": step, **exc.to_json()}
+            events.append(self.writer.event("run_failed", {"error": error}))
+            await self._commit(events, RunUpdate("failed", error=error))
+            return False
+        if not self.r.keeper.live(self.run.id):
+            # Lost, or not renewed for a whole TTL (the database away): start nothing
+            # more; whoever holds the run next re-drives it from the journal.
+            raise LeaseLost(self.run.id, self.lease.epoch)
+        if cancel.done():
+            await self._cancel(events)
+            return False
+        fresh = [] if self.r.stopping.is_set() else self._ready()
+        events += self._start([(s, 1) for s in fresh] + due)
+        update = None
+        if interpreter.finished(self.graph, self.outputs):
+            events, update = self._succeeded(events)
+        await self._commit(events, update)
+        for step in fresh:
+            self._spawn(step, 1)
+        for step, attempt in due:
+            self._spawn(step, attempt)
+        for step, attempt, due_ms in backoffs:
+            self._schedule(step, attempt, due_ms)
+        return update is None
+
+    async def _resume_waits(self, cancel: asyncio.Future[Any]) -> bool:
+        """Journal the waits that were resolved and go on from them; False if none was."""
+        resolved = await waits.resolved(self.r.store, self.run.id, self.graph, self.waiting)
+        if not resolved:
+            return False
+        events: list[NewEvent] = []
+        failure: tuple[str, StepError] | None = None
+        backoffs: list[tuple[str, int, int]] = []
+        for step, resumed, outcome in resolved:
+            del self.waiting[step]
+            events.append(
+                self.writer.event(
+                    "step_resumed", resumed, step_id=step, attempt=self.attempts[step]
                 )
-            if failure is not None:
-                step, exc = failure
-                error = {"code": "step_failed", "step": step, **exc.to_json()}
-                events.append(self.writer.event("run_failed", {"error": error}))
-                await self._commit(events, RunUpdate("failed", error=error))
-                return
-            if not self.r.keeper.live(self.run.id):
-                # Lost, or not renewed for a whole TTL (the database away): start nothing
-                # more; whoever holds the run next re-drives it from the journal.
-                raise LeaseLost(self.run.id, self.lease.epoch)
-            if cancel.done():
-                await self._cancel(events)
-                return
-            fresh = [] if self.r.stopping.is_set() else self._ready()
-            events += self._start([(s, 1) for s in fresh] + due)
-            update = None
-            if interpreter.finished(self.graph, self.outputs):
-                events, update = self._succeeded(events)
-            await self._commit(events, update)
-            for step in fresh:
-                self._spawn(step, 1)
-            for step, attempt in due:
-                self._spawn(step, attempt)
-            for step, attempt, due_ms in backoffs:
-                self._schedule(step, attempt, due_ms)
+            )
+            failure = self._settle(step, outcome, events, backoffs) or failure
+        await self._advance(events, failure, backoffs, [], cancel)
+        return True
+
+    async def _park(self) -> None:
+        """Give the lease up and wait with no task: a decision, a child or a timeout wakes
+        the run, on whichever replica claims it."""
+        await self._commit([], RunUpdate("waiting", wake_at=waits.wake_at(self.waiting)))
+        # A decision or a child's end that landed between our last look and the park found
+        # the run still running, so nothing woke it: look once more.
+        if await waits.resolved(self.r.store, self.run.id, self.graph, self.waiting):
+            await self.r.store.wake(self.run.id)
 
     def _retrying(
         self,
@@ -397,13 +478,33 @@ class _Drive:
                 self.r.store, self.lease, step_id=step, attempt=attempt, idempotency_key=key
             ),
             signing_secrets=self._signing_secrets,
+            start_child=functools.partial(self._start_child, step, attempt),
         )
         work = executor_for(node.type)(ctx)
-        limit = timeout_s(node.data)
+        limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
         if limit is not None:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)
         self.tasks[task] = step
+
+    async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:
+        """Create this step attempt's child run, or find it after a crash: its id is derived
+        from (run, step, attempt), so a re-drive never starts a second one."""
+        child_id = child_run_id(self.run.id, step, attempt)
+        try:
+            await create_run(
+                self.r.store,
+                agent,
+                input,
+                self.run.workspace,
+                idempotency_key=f"subagent:{child_id}",
+                run_id=child_id,
+                parent_id=self.run.id,
+            )
+        except (NotFound, UsageError, Conflict) as exc:
+            raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc
+        self.r.on_queued()
+        return child_id
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         await self.r.store.append(Append(self.lease, tuple(events), update))
