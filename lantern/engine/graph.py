@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from lantern.engine import templates
+from lantern.engine import anomalies, templates
 from lantern.errors import DefinitionError
 
 AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector", "subagent", "approval"})
@@ -43,6 +43,10 @@ class Graph:
     # (source, target) -> the decision of the source approval that takes the edge
     conditions: Mapping[tuple[str, str], str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
+    )
+    # anomaly kind -> its limits and policy (lantern.engine.anomalies)
+    anomalies: Mapping[str, dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: anomalies.settings({})
     )
 
     @property
@@ -93,11 +97,13 @@ def parse_agent(definition: Any) -> Graph:
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
         raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
+    if "anomalies" in definition:
+        anomalies.check_config(definition["anomalies"], problems)
     result = _parse_graph(str(name), graph, problems)
     if problems:
         raise DefinitionError(problems)
     assert result is not None
-    return result
+    return dataclasses.replace(result, anomalies=anomalies.settings(definition))
 
 
 def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph | None:

@@ -30,6 +30,7 @@ import httpx
 from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import interpreter, waits
+from lantern.engine.anomalies import Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
@@ -72,6 +73,19 @@ class Runner:
         self.http = http
         self.stopping = stopping or asyncio.Event()
         self._graphs: dict[tuple[str, str, int], Graph] = {}
+        self.retry_rates = RetryRates()
+        self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
+
+    async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
+        """Recent usage of the agent's steps, read at most once a minute per agent."""
+        cached = self._baselines.get((workspace, agent))
+        if cached is not None and time.monotonic() - cached[0] < 60:
+            return cached[1]
+        found: dict[str, list[Any]] = {}
+        for step, usage in await self.store.recent_step_usage(workspace, agent):
+            found.setdefault(step, []).append(usage)
+        self._baselines[(workspace, agent)] = (time.monotonic(), found)
+        return found
 
     async def drive(self, run_id: str, lease: Lease | None = None) -> Run | None:
         """Execute or re-drive a run; None when another worker holds it or ours was lost.
@@ -152,6 +166,13 @@ class _Drive:
         self._begun: list[tuple[str, int]] | None = None  # steps to spawn after begin()
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
         self._secrets: list[str] | None = None
+        self.detector = Detector(
+            run.workspace,
+            dict(graph.anomalies),
+            runner.retry_rates,
+            functools.partial(runner.baseline, run.workspace, run.agent_name),
+        )
+        self._anomaly_error: dict[str, Any] | None = None
         if run.cancel_requested:
             self.cancelled.set()
 
@@ -173,7 +194,9 @@ class _Drive:
         spawn = self._begun
         if spawn is None:
             if state is None:
-                state = fold(await self.r.store.events(self.run.id, blobs=True))
+                journal = await self.r.store.events(self.run.id, blobs=True)
+                state = fold(journal)
+                self.detector.replay(journal)
             if state.terminal is not None:
                 return
             if self.cancelled.is_set():
@@ -207,7 +230,7 @@ class _Drive:
         self.waiting = dict(state.waiting)
         fresh = self._ready()
         events += self._start([(s, 1) for s in fresh])
-        if interpreter.finished(self.graph, self.outputs):
+        if interpreter.finished(self.graph, self.outputs) and not self.waiting:
             events, update = self._succeeded(events)
         return events, update, resume + [(s, 1) for s in fresh]
 
@@ -249,6 +272,8 @@ class _Drive:
         ], RunUpdate("running")
 
     def _ready(self) -> list[str]:
+        if any("anomaly" in w for w in self.waiting.values()):
+            return []  # paused by an anomaly until someone lets it go on
         started = self.attempts.keys() | self.outputs.keys()
         return interpreter.ready(self.graph, self.outputs, started)
 
@@ -386,9 +411,19 @@ class _Drive:
             await self._cancel(events)
             return False
         fresh = [] if self.r.stopping.is_set() else self._ready()
-        events += self._start([(s, 1) for s in fresh] + due)
+        planned = [(s, 1) for s in fresh] + due
+        found = await self.detector.check(events, [s for s, _ in planned])
+        if found:
+            events += self._anomalies(found)
+            if self._anomaly_error is not None:
+                events.append(self.writer.event("run_failed", {"error": self._anomaly_error}))
+                await self._commit(events, RunUpdate("failed", error=self._anomaly_error))
+                return False
+            if any(a.policy == "pause" for a in found):
+                fresh, due, planned = [], [], []  # a due retry starts after the resume
+        events += self._start(planned)
         update = None
-        if interpreter.finished(self.graph, self.outputs):
+        if interpreter.finished(self.graph, self.outputs) and not self.waiting:
             events, update = self._succeeded(events)
         await self._commit(events, update)
         for step in fresh:
@@ -398,6 +433,31 @@ class _Drive:
         for step, attempt, due_ms in backoffs:
             self._schedule(step, attempt, due_ms)
         return update is None
+
+    def _anomalies(self, found: Sequence[Anomaly]) -> list[NewEvent]:
+        """Journal each anomaly and apply its policy: record, pause (an implicit approval
+        named ``anomaly:<kind>``) or fail (``_anomaly_error`` set)."""
+        events = []
+        for a in found:
+            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
+            events.append(self.writer.event("anomaly_detected", data))
+            if a.policy == "fail" and self._anomaly_error is None:
+                self._anomaly_error = {
+                    "code": "anomaly_detected",
+                    "kind": a.kind,
+                    "message": f"anomaly {a.kind} ({a.detail}) fails the run by its policy",
+                }
+            elif a.policy == "pause":
+                step = f"anomaly:{a.kind}"
+                wait = {
+                    "kind": "approval",
+                    "anomaly": a.kind,
+                    "prompt": f"Anomaly {a.kind}: {a.detail}. Let the run go on?",
+                }
+                events.append(self.writer.event("step_waiting", wait, step_id=step, attempt=1))
+                self.waiting[step] = wait
+                self.attempts[step] = 1
+        return events
 
     async def _resume_waits(self, cancel: asyncio.Future[Any]) -> bool:
         """Journal the waits that were resolved and go on from them; False if none was."""
@@ -409,6 +469,7 @@ class _Drive:
         backoffs: list[tuple[str, int, int]] = []
         for step, resumed, outcome in resolved:
             del self.waiting[step]
+            self.attempts.setdefault(step, 1)  # an anomaly's pause is no graph step
             events.append(
                 self.writer.event(
                     "step_resumed", resumed, step_id=step, attempt=self.attempts[step]
@@ -511,6 +572,7 @@ class _Drive:
         self._committed(events, update)
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        self.detector.replay(events)
         if update is not None and update.status in TERMINAL:
             self.final = update
         for listener in self.r.app.commit_listeners:

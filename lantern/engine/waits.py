@@ -59,7 +59,7 @@ async def resolved(
 def _approval_outcome(graph: Graph, step: str, answer: dict[str, Any]) -> Any:
     """The approval's output; a rejection fails the step unless an edge is taken on it."""
     rejected_edge = any(
-        graph.conditions.get((step, t)) == "rejected" for t in graph.successors[step]
+        graph.conditions.get((step, t)) == "rejected" for t in graph.successors.get(step, ())
     )
     if answer["decision"] == "rejected" and not rejected_edge:
         why = f": {answer['comment']}" if answer.get("comment") else ""

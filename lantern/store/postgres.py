@@ -565,8 +565,9 @@ class PostgresStore:
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         row = await self._fetchone(
+            # A lease given up by the commit that finished or parked its run stays given up.
             "UPDATE run_locks SET expires_at = now() + make_interval(secs => %s)"
-            " WHERE run_id = %s AND epoch = %s RETURNING 1",
+            " WHERE run_id = %s AND epoch = %s AND expires_at > 'epoch' RETURNING 1",
             (ttl, lease.run_id, lease.epoch),
         )
         return row is not None
@@ -771,6 +772,19 @@ class PostgresStore:
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = %s ORDER BY id", (run_id,)
         )
         return [_run(r) for r in rows]
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self._fetchall(
+            "SELECT e.step_id, e.data->'output'->'usage' FROM journal_events e"
+            " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = %s AND agent_name = %s"
+            "  AND status = 'succeeded' ORDER BY id DESC LIMIT %s)"
+            " AND e.kind = 'step_completed'"
+            " AND jsonb_typeof(e.data->'output'->'usage') = 'object'",
+            (workspace, agent_name, runs),
+        )
+        return [(r[0], r[1]) for r in rows]
 
     # -- webhook signing secrets ------------------------------------------------------
 

@@ -508,7 +508,11 @@ class SQLiteStore:
         return [r[0] for r in rows]
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
-        sql = "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
+        # A lease given up by the commit that finished or parked its run stays given up.
+        sql = (
+            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
+            " AND expires_at > 0"
+        )
         args = (time.time() + ttl, lease.run_id, lease.epoch)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
 
@@ -673,6 +677,19 @@ class SQLiteStore:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"
         rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
         return [_run(r) for r in rows]
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        sql = (
+            "SELECT e.step_id, json_extract(e.data, '$.output.usage') FROM journal_events e"
+            " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = ? AND agent_name = ?"
+            "  AND status = 'succeeded' ORDER BY id DESC LIMIT ?)"
+            " AND e.kind = 'step_completed'"
+            " AND json_type(e.data, '$.output.usage') = 'object'"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (workspace, agent_name, runs)).fetchall())
+        return [(r[0], loads_or_none(r[1])) for r in rows]
 
     # -- webhook signing secrets ------------------------------------------------------
 
