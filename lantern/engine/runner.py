@@ -573,6 +573,8 @@ class _Drive:
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         self.detector.replay(events)
+        if update is not None and update.releases:
+            self.r.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
         for listener in self.r.app.commit_listeners:
