@@ -510,8 +510,7 @@ class SQLiteStore:
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         # A lease given up by the commit that finished or parked its run stays given up.
         sql = (
-            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
-            " AND expires_at > 0"
+            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ? AND expires_at > 0"
         )
         args = (time.time() + ttl, lease.run_id, lease.epoch)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
