@@ -1,0 +1,166 @@
+"""The run waterfall page in headless Chromium, against real `lantern serve` processes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from lantern.demo.receiver import Receiver
+from lantern.ids import idempotency_key
+from tests.conftest import sqlite_url
+from tests.helpers import http_chain
+from tests.server import ALL_SCOPES, Server, make_key
+from tests.ui.browser import Tab, give_key
+
+# The page reads the same journal on either backend; the store tests cover both.
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return sqlite_url(tmp_path)
+
+
+def issue(db: str, scopes: str = ALL_SCOPES, workspace: str = "default") -> str:
+    # Playwright's sync API runs an event loop on this thread; asyncio.run needs its own.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(make_key, db, workspace, scopes).result()
+
+
+@pytest.fixture
+def key(db: str) -> str:
+    return issue(db)
+
+
+def api(server: Server, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def start_chain(client: httpx.Client, receiver: Receiver, steps: int, held: str) -> str:
+    """Apply an http chain of ``steps`` steps, hold ``held`` at the receiver, start a run."""
+    agent = http_chain("chain", receiver.url, steps)
+    client.put("/v1/agents/chain", json=agent).raise_for_status()
+    receiver.hold(held)
+    created = client.post("/v1/runs", json={"agentName": "chain", "input": {"n": 1}})
+    assert created.status_code == 202, created.text
+    assert receiver.arrived.wait(20)
+    run_id: str = created.json()["id"]
+    return run_id
+
+
+def row(page: Page, step: str):  # type: ignore[no-untyped-def]
+    return page.locator(f'.row[data-step="{step}"]')
+
+
+@pytest.fixture
+def crashed_run(
+    db: str, key: str, tmp_path: Path, receiver: Receiver
+) -> Iterator[tuple[Server, str]]:
+    """A four-step http chain whose server is SIGKILLed while s3's request is in flight, then
+    restarted with the same worker id: s1 and s2 are replayed, s3 re-runs with the same key."""
+    env = {"LANTERN_WORKER_ID": "ui-1"}
+    first = Server(db, tmp_path / "serve.log", env=env).start()
+    with api(first, key) as client:
+        run_id = start_chain(client, receiver, 4, "/s3")
+    first.kill()
+    receiver.release()
+    second = Server(db, tmp_path / "serve.log", env=env).start()
+    try:
+        with api(second, key) as client:
+            run = client.get(f"/v1/runs/{run_id}", params={"wait": 20}).json()
+            assert run["status"] == "succeeded", run
+        yield second, run_id
+    finally:
+        second.stop()
+
+
+def test_crashed_run_shows_replayed_steps_the_rerun_and_the_crash(
+    crashed_run: tuple[Server, str], key: str, tab: Tab, receiver: Receiver
+) -> None:
+    server, run_id = crashed_run
+    page = tab.page
+    page.goto(f"{server.url}/ui/runs/{run_id}")
+    give_key(page, key)
+
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator(".row")).to_have_count(5)  # the trigger and s1..s4
+    for step in ("s1", "s2"):
+        expect(row(page, step).locator(".badge")).to_have_text(["replayed"])
+        expect(row(page, step).locator(".marker.replay")).to_have_count(1)
+    s3 = row(page, "s3")
+    expect(s3.locator(".badge")).to_have_text(["re-run, same key"])
+    # One attempt drawn in two pieces: cut off by the crash, then re-run after the recovery.
+    expect(s3.locator(".bar.attempt")).to_have_count(2)
+    expect(s3.locator(".bar.attempt.cut")).to_have_attribute("data-attempt", "1")
+    expect(s3.locator(".bar.attempt.completed.rerun")).to_have_attribute("data-attempt", "1")
+    expect(row(page, "s4").locator(".badge")).to_have_count(0)
+    expect(row(page, "s4").locator(".bar.attempt.completed")).to_have_count(1)
+    band = page.locator(".band.crash")
+    expect(band).to_have_count(1)
+    expect(band).to_contain_text("crash → recovered by ui-1")
+    # The band sits between s2's end and s3's re-run: left of the re-run bar, right of s2.
+    band_box = band.bounding_box()
+    rerun_box = s3.locator(".bar.rerun").bounding_box()
+    s2_box = row(page, "s2").locator(".bar.attempt").bounding_box()
+    assert band_box and rerun_box and s2_box
+    assert s2_box["x"] + s2_box["width"] <= band_box["x"] + 1
+    assert band_box["x"] + band_box["width"] <= rerun_box["x"] + 1
+    # s3's first piece runs from its start into the gap: its end is not journaled.
+    cut_box = s3.locator(".bar.cut").bounding_box()
+    assert cut_box
+    assert cut_box["x"] <= band_box["x"] + 1
+    assert abs(cut_box["x"] + cut_box["width"] - (band_box["x"] + band_box["width"])) <= 2
+
+    s3.click()
+    details = page.locator("#details")
+    expect(details).to_be_visible()
+    expected = idempotency_key(run_id, "s3", 1)
+    assert receiver.keys("/s3") == {expected}  # what the receiver saw, both times
+    expect(details.locator('td[data-attempt="1"]')).to_have_text(expected)
+    expect(details).to_contain_text("Re-run, same key")
+    expect(details.locator("#step-definition")).to_contain_text(f"{receiver.url}/s3")
+    expect(details.locator("#step-output")).to_contain_text('"received"')
+    expect(details.locator("table.events")).to_contain_text("step_started")
+    expect(details.locator("table.events")).to_contain_text("step_completed")
+    expect(page.locator("#live")).to_contain_text("finished")
+    tab.screenshot("waterfall-crashed-run")
+    assert tab.errors == []
+
+
+def test_live_run_updates_without_reload(
+    db: str, key: str, tmp_path: Path, receiver: Receiver, tab: Tab
+) -> None:
+    server = Server(db, tmp_path / "serve.log").start()
+    try:
+        with api(server, key) as client:
+            run_id = start_chain(client, receiver, 3, "/s2")
+        page = tab.page
+        page.goto(f"{server.url}/ui/runs/{run_id}")
+        give_key(page, key)
+        expect(page.locator("#run-status")).to_have_text("running")
+        expect(page.locator("#live")).to_contain_text("live")
+        expect(row(page, "s1").locator(".status")).to_have_text("completed")
+        expect(row(page, "s2").locator(".status")).to_have_text("in flight")
+        expect(row(page, "s3")).to_have_count(0)
+        # The in-flight bar grows with the clock while nothing is journaled.
+        width = row(page, "s2").locator(".bar").evaluate("b => b.style.width")
+        page.evaluate("window.notReloaded = true")
+        tab.screenshot("waterfall-live-run")
+        expect(row(page, "s2").locator(".bar")).not_to_have_attribute(
+            "style", re.compile(rf"width: {re.escape(width)}")
+        )
+
+        receiver.release()
+        expect(page.locator("#run-status")).to_have_text("succeeded")
+        expect(row(page, "s2").locator(".status")).to_have_text("completed")
+        expect(row(page, "s3").locator(".status")).to_have_text("completed")
+        expect(page.locator("#live")).to_contain_text("finished")
+        assert page.evaluate("window.notReloaded") is True
+        assert tab.errors == []
+    finally:
+        server.stop()
