@@ -18,6 +18,7 @@ export function h(tag, attrs = {}, ...children) {
 
 /** A readable duration: 0 ms, 850 ms, 1.25 s, 2 min 5 s. */
 export function duration(ms) {
+  if (ms < 10 && !Number.isInteger(ms)) return `${ms.toFixed(1)} ms`;
   if (ms < 1000) return `${Math.round(ms)} ms`;
   if (ms < 60000) return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
   const minutes = Math.floor(ms / 60000);

@@ -2,7 +2,7 @@
 
 import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { duration, h, json, localTime } from "./dom.js";
-import { buildModel, idempotencyKey, provider, TERMINAL, ticks } from "./model.js";
+import { buildModel, idempotencyKey, parseAt, provider, TERMINAL, ticks } from "./model.js";
 
 const POLL_MS = 1000;
 const page = document.getElementById("page");
@@ -329,9 +329,11 @@ async function renderDetails(model) {
         (d.status === "unknown" ? "unknown (cut off by a crash)" : d.status))))] : null,
     h("h3", {}, "Events"),
     h("table", { class: "events" },
-      h("thead", {}, h("tr", {}, ["Event", "Time", "Kind", "Attempt", "Data"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["Event", "At", "Kind", "Attempt", "Data"].map((c) => h("th", {}, c)))),
       h("tbody", {}, s.events.map((e) => h("tr", {},
-        h("td", {}, String(e.seq)), h("td", {}, localTime(e.at)), h("td", {}, e.kind),
+        h("td", {}, String(e.seq)),
+        h("td", { title: localTime(e.at) }, `+${duration(parseAt(e.at) - model.origin)}`),
+        h("td", {}, e.kind),
         h("td", {}, e.attempt ?? ""), h("td", {}, h("code", {}, JSON.stringify(e.data)))))),
     ),
   ].flat().filter(Boolean));
