@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import FloatRect, Locator, Page, expect
 
 from lantern.demo.receiver import Receiver
 from lantern.ids import idempotency_key
@@ -41,9 +42,20 @@ def api(server: Server, key: str) -> httpx.Client:
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
-def start_chain(client: httpx.Client, receiver: Receiver, steps: int, held: str) -> str:
-    """Apply an http chain of ``steps`` steps, hold ``held`` at the receiver, start a run."""
+RETRY = {"maxAttempts": 3, "backoffMs": 300, "retryableClasses": ["connector"]}
+
+
+def start_chain(
+    client: httpx.Client, receiver: Receiver, steps: int, held: str, retry_s1: bool = False
+) -> str:
+    """Apply an http chain of ``steps`` steps, hold ``held`` at the receiver, start a run.
+
+    With ``retry_s1``, s1 has a retry policy and the receiver answers its first request 503.
+    """
     agent = http_chain("chain", receiver.url, steps)
+    if retry_s1:
+        agent["graph"]["nodes"][1]["data"]["retry"] = RETRY
+        receiver.fail("/s1", 503, 1)
     client.put("/v1/agents/chain", json=agent).raise_for_status()
     receiver.hold(held)
     created = client.post("/v1/runs", json={"agentName": "chain", "input": {"n": 1}})
@@ -61,12 +73,13 @@ def row(page: Page, step: str):  # type: ignore[no-untyped-def]
 def crashed_run(
     db: str, key: str, tmp_path: Path, receiver: Receiver
 ) -> Iterator[tuple[Server, str]]:
-    """A four-step http chain whose server is SIGKILLed while s3's request is in flight, then
-    restarted with the same worker id: s1 and s2 are replayed, s3 re-runs with the same key."""
+    """A four-step http chain whose s1 fails once with a 503 and is retried, and whose server
+    is SIGKILLed while s3's request is in flight, then restarted with the same worker id: s1
+    and s2 are replayed, s3 re-runs with the same key."""
     env = {"LANTERN_WORKER_ID": "ui-1"}
     first = Server(db, tmp_path / "serve.log", env=env).start()
     with api(first, key) as client:
-        run_id = start_chain(client, receiver, 4, "/s3")
+        run_id = start_chain(client, receiver, 4, "/s3", retry_s1=True)
     first.kill()
     receiver.release()
     second = Server(db, tmp_path / "serve.log", env=env).start()
@@ -79,7 +92,17 @@ def crashed_run(
         second.stop()
 
 
-def test_crashed_run_shows_replayed_steps_the_rerun_and_the_crash(
+def ms(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp() * 1000
+
+
+def box(locator: Locator) -> FloatRect:
+    found = locator.bounding_box()
+    assert found is not None
+    return found
+
+
+def test_a_run_with_a_retry_and_a_crash_shows_attempts_backoff_replays_and_the_rerun(
     crashed_run: tuple[Server, str], key: str, tab: Tab, receiver: Receiver
 ) -> None:
     server, run_id = crashed_run
@@ -90,8 +113,37 @@ def test_crashed_run_shows_replayed_steps_the_rerun_and_the_crash(
     expect(page.locator("#run-status")).to_have_text("succeeded")
     expect(page.locator(".row")).to_have_count(5)  # the trigger and s1..s4
     for step in ("s1", "s2"):
-        expect(row(page, step).locator(".badge")).to_have_text(["replayed"])
         expect(row(page, step).locator(".marker.replay")).to_have_count(1)
+    expect(row(page, "s2").locator(".badge")).to_have_text(["replayed"])
+
+    # s1: attempt 1 failed with the 503, a backoff, then attempt 2 completed; all replayed.
+    s1 = row(page, "s1")
+    expect(s1.locator(".badge")).to_have_text(["replayed", "2 attempts"])
+    expect(s1.locator(".bar.attempt")).to_have_count(2)
+    first, backoff = s1.locator(".bar.attempt.retrying"), s1.locator(".bar.backoff")
+    second = s1.locator(".bar.attempt.completed")
+    expect(first).to_have_attribute("data-attempt", "1")
+    expect(second).to_have_attribute("data-attempt", "2")
+    expect(backoff).to_have_attribute("title", re.compile(r"before attempt 2 of 3$"))
+    one, gap, two = box(first), box(backoff), box(second)
+    assert one["x"] + one["width"] <= gap["x"] + 1 and gap["x"] + gap["width"] <= two["x"] + 1
+    # Drawn to scale: the backoff's share of the track is its share of the run's time.
+    with api(server, key) as client:
+        events = client.get(f"/v1/runs/{run_id}/events").json()["items"]
+    at = {(e["kind"], e["stepId"], e["attempt"]): ms(e["at"]) for e in events}
+    retried, resumed = at[("step_retrying", "s1", 2)], at[("step_started", "s1", 2)]
+    assert resumed - retried >= 150  # the jittered 300 ms backoff was waited out
+    span = ms(events[-1]["at"]) - ms(events[0]["at"])
+    track = box(s1.locator(".track"))
+    assert abs(gap["width"] / track["width"] - (resumed - retried) / span) < 0.01
+    s1.click()
+    details = page.locator("#details")
+    expect(details).to_contain_text("Retried: Attempt 1 failed")
+    expect(details).to_contain_text("503")
+    sent = [h.idempotency_key for h in receiver.hits if h.path == "/s1"]
+    assert sent == [idempotency_key(run_id, "s1", n) for n in (1, 2)]
+    for n, sent_key in enumerate(sent, start=1):
+        expect(details.locator(f'td[data-attempt="{n}"]')).to_have_text(sent_key)
     s3 = row(page, "s3")
     expect(s3.locator(".badge")).to_have_text(["re-run, same key"])
     # One attempt drawn in two pieces: cut off by the crash, then re-run after the recovery.
@@ -104,20 +156,17 @@ def test_crashed_run_shows_replayed_steps_the_rerun_and_the_crash(
     expect(band).to_have_count(1)
     expect(band).to_contain_text("crash → recovered by ui-1")
     # The band sits between s2's end and s3's re-run: left of the re-run bar, right of s2.
-    band_box = band.bounding_box()
-    rerun_box = s3.locator(".bar.rerun").bounding_box()
-    s2_box = row(page, "s2").locator(".bar.attempt").bounding_box()
-    assert band_box and rerun_box and s2_box
+    band_box = box(band)
+    rerun_box = box(s3.locator(".bar.rerun"))
+    s2_box = box(row(page, "s2").locator(".bar.attempt"))
     assert s2_box["x"] + s2_box["width"] <= band_box["x"] + 1
     assert band_box["x"] + band_box["width"] <= rerun_box["x"] + 1
     # s3's first piece runs from its start into the gap: its end is not journaled.
-    cut_box = s3.locator(".bar.cut").bounding_box()
-    assert cut_box
+    cut_box = box(s3.locator(".bar.cut"))
     assert cut_box["x"] <= band_box["x"] + 1
     assert abs(cut_box["x"] + cut_box["width"] - (band_box["x"] + band_box["width"])) <= 2
 
     s3.click()
-    details = page.locator("#details")
     expect(details).to_be_visible()
     expected = idempotency_key(run_id, "s3", 1)
     assert receiver.keys("/s3") == {expected}  # what the receiver saw, both times
@@ -128,7 +177,7 @@ def test_crashed_run_shows_replayed_steps_the_rerun_and_the_crash(
     expect(details.locator("table.events")).to_contain_text("step_started")
     expect(details.locator("table.events")).to_contain_text("step_completed")
     expect(page.locator("#live")).to_contain_text("finished")
-    tab.screenshot("waterfall-crashed-run")
+    tab.screenshot("waterfall-retry-and-crash")
     assert tab.errors == []
 
 

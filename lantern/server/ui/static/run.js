@@ -184,7 +184,7 @@ function stepRow(model, s) {
     bars.push(h("div", {
       class: `bar wait${w.open ? " open" : ""}`, style: place(model, w.start, w.end),
       title: `${s.id}: waiting${what ? ` for ${what}` : ""}, ${duration(w.end - w.start)}`,
-    }, `waiting${what ? ` for ${what}` : ""}`));
+    }, h("span", {}, `waiting${what ? ` for ${what}` : ""}`)));
   }
   for (const band of s.replayed) {
     bars.push(h("div", {
@@ -288,8 +288,12 @@ async function renderDetails(model) {
       "again with the same attempt number and therefore the same idempotency key.");
   }
   for (const r of s.retries) {
-    notes.push(`Retried: attempt ${r.attempt ?? "?"}${r.of ? ` of ${r.of}` : ""} after ` +
-      `${r.error ? (r.error.message || json(r.error)) : "an error"}.`);
+    // step_retrying names the attempt about to run; the one before it failed.
+    const failedAttempt = r.attempt ? `Attempt ${r.attempt - 1}` : "An attempt";
+    const why = r.error ? (r.error.message || json(r.error)) : "an error";
+    const wait = r.delayMs !== undefined ? ` after a backoff of ${duration(r.delayMs)}` : "";
+    notes.push(`Retried: ${failedAttempt} failed (${why}); attempt ${r.attempt ?? "?"}` +
+      `${r.of ? ` of ${r.of}` : ""} followed${wait}.`);
   }
   const who = provider(s, node);
   if (who === "offline") notes.push("Made by the offline model provider (no network, no key).");
