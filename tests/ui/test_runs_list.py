@@ -133,6 +133,9 @@ def test_runs_list_filters_by_status_and_links_to_the_waterfall(
     tab.screenshot("runs-failed-run")
     assert tab.errors == []
 
+    page.goto(f"{server.url}/ui/runs/run_nobody")
+    expect(page.locator("#page-message")).to_have_text("Not Found: run run_nobody not found")
+
 
 def test_the_page_shells_carry_no_data_and_are_not_in_the_api_schema(
     served: tuple[Server, str], receiver: Receiver
