@@ -23,7 +23,7 @@ const state = {
 const STATE_LABEL = {
   completed: "completed",
   failed: "failed",
-  retrying: "failed, retried",
+  retrying: "retried",
   "in flight": "in flight",
   cut: "in flight when its worker died",
   stopped: "stopped when the run ended",
