@@ -105,17 +105,23 @@ export function buildModel(events, now) {
         break;
       }
       case "step_waiting":
-        s.waits.push({ start: at, end: null, reason: data.reason || data.kind || "" , data });
+        // kind: "approval" or "subagent"; an anomaly's pause is an approval with no start.
+        s.waits.push({ start: at, end: null, kind: data.kind || "", data, resumed: null });
+        if (!s.type) s.type = data.kind || "";
         s.status = "waiting";
         break;
       case "step_resumed":
-        for (const wait of s.waits) if (wait.end === null) wait.end = at;
-        if (s.open) s.status = "in flight";
+        for (const wait of s.waits) {
+          if (wait.end === null) Object.assign(wait, { end: at, resumed: data });
+        }
+        s.status = s.open ? "in flight" : "completed";
         break;
       case "anomaly_detected": {
-        const anomaly = { at, seq: e.seq, stepId: e.stepId, data };
+        // A run's event; the step it concerns, when there is one, is in its detail.
+        const stepId = e.stepId || (data.detail && data.detail.step) || null;
+        const anomaly = { at, seq: e.seq, stepId, data };
         anomalies.push(anomaly);
-        if (s) s.anomalies.push(anomaly);
+        if (stepId) step(stepId).anomalies.push(anomaly);
         break;
       }
       case "run_recovered": {

@@ -128,9 +128,33 @@ function renderSummary(model) {
   );
 }
 
+const POLICY = { record: "recorded", pause: "the run paused for a decision",
+  fail: "the run failed by its policy" };
+
+/** An anomaly_detected event {kind, detail, policy} in words. */
 function anomalyText(anomaly) {
-  const d = anomaly.data;
-  return d.message || d.detail || d.reason || d.kind || json(d);
+  const { kind = "anomaly", detail = {}, policy } = anomaly.data;
+  const d = typeof detail === "object" && detail !== null ? detail : { detail };
+  let what;
+  if (kind === "runaway_loop") what = `${d.step} started ${d.started} times`;
+  else if (kind === "excessive_steps") what = `${d.steps} step attempts (limit ${d.maxSteps})`;
+  else if (kind === "retry_storm") {
+    what = d.retries !== undefined ? `${d.retries} retries (limit ${d.maxRetries})`
+      : `${d.workspaceRetriesPerMinute} retries a minute in the workspace (limit ${d.perMinute})`;
+  } else if (kind === "cost_spike" || kind === "token_spike") {
+    what = `${d.step}: ${d.value}, over ${d.factor}× the median ${d.median}`;
+  } else {
+    what = Object.entries(d).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join(", ");
+  }
+  const policy_ = POLICY[policy] ? `; ${POLICY[policy]}` : "";
+  return `${kind.replaceAll("_", " ")}: ${what}${policy_}`;
+}
+
+/** What a wait waits for: "approval", "sub-agent". */
+function waitsFor(wait, s) {
+  const kind = wait.kind || s.type;
+  if (kind === "subagent") return "sub-agent";
+  return kind || "an event";
 }
 
 function renderAnomalies(model) {
@@ -139,7 +163,7 @@ function renderAnomalies(model) {
   document.getElementById("anomaly-list").replaceChildren(
     ...model.anomalies.map((a) => h("li", {},
       h("span", { class: "flag" }, "⚠ anomaly"), " ",
-      a.stepId ? h("strong", {}, a.stepId) : "run", `: ${anomalyText(a)} `,
+      a.stepId ? ["at step ", h("strong", {}, a.stepId)] : "in the run", `: ${anomalyText(a)} `,
       h("span", { class: "muted" }, `(event ${a.seq}, +${duration(a.at - model.origin)})`))),
   );
 }
@@ -180,11 +204,12 @@ function stepRow(model, s) {
     }, "backoff"));
   }
   for (const w of s.waits) {
-    const what = w.reason || (s.type === "approval" ? "approval" : s.type === "subagent" ? "sub-agent" : "");
+    const what = waitsFor(w, s);
     bars.push(h("div", {
       class: `bar wait${w.open ? " open" : ""}`, style: place(model, w.start, w.end),
-      title: `${s.id}: waiting${what ? ` for ${what}` : ""}, ${duration(w.end - w.start)}`,
-    }, h("span", {}, `waiting${what ? ` for ${what}` : ""}`)));
+      "data-kind": w.kind, title: `${s.id}: waiting for ${what}, ${duration(w.end - w.start)}` +
+        (w.open ? " so far" : ""),
+    }, h("span", {}, `waiting for ${what}`)));
   }
   for (const band of s.replayed) {
     bars.push(h("div", {
@@ -239,10 +264,15 @@ function renderWaterfall(model) {
     title: `crash: ${b.from || "?"} stopped journaling; ${b.to || "?"} recovered the run ` +
       `(epoch ${b.epoch}, event ${b.seq}) after ${duration(b.end - b.start)}`,
   }, h("span", {}, `crash → recovered by ${b.to || "?"}`)));
+  // An anomaly is a run's event: a line across every row at the moment it was raised.
+  const lines = model.anomalies.map((a) => h("div", {
+    class: "anomaly-line", style: { left: place(model, a.at, a.at).left },
+    title: `anomaly: ${anomalyText(a)}`,
+  }, h("span", {}, "⚠")));
   root.replaceChildren(
     h("div", { class: "head" }, h("div", { class: "label" }, "Step"), axis),
     h("div", { class: "rows" },
-      h("div", { class: "bands" }, bands),
+      h("div", { class: "bands" }, bands, lines),
       model.steps.map((s) => stepRow(model, s))),
   );
 }
@@ -295,6 +325,23 @@ async function renderDetails(model) {
     notes.push(`Retried: ${failedAttempt} failed (${why}); attempt ${r.attempt ?? "?"}` +
       `${r.of ? ` of ${r.of}` : ""} followed${wait}.`);
   }
+  const waited = [];
+  for (const w of s.waits) {
+    const d = w.data || {};
+    const prompt = d.prompt ? `: “${d.prompt}”` : "";
+    const child = d.childRunId
+      ? [" (child run ", h("a", { href: `/ui/runs/${encodeURIComponent(d.childRunId)}` },
+        d.childRunId), ")"]
+      : [];
+    const r = w.resumed;
+    let outcome = "; still waiting";
+    if (r && r.decision) {
+      outcome = `; ${r.decision} by ${r.by || "someone"}${r.comment ? ` (“${r.comment}”)` : ""}`;
+    } else if (r && r.status) outcome = `; the child run ${r.status}`;
+    else if (r) outcome = "; resumed";
+    waited.push(h("li", {}, `Waited ${duration(w.end - w.start)} for ${waitsFor(w, s)}${prompt}`,
+      ...child, `${outcome}.`));
+  }
   const who = provider(s, node);
   if (who === "offline") notes.push("Made by the offline model provider (no network, no key).");
 
@@ -320,7 +367,8 @@ async function renderDetails(model) {
     h("p", {}, h("span", { class: `status ${s.status.replace(" ", "-")}` },
       STATE_LABEL[s.status] || s.status), ` · ${s.attempts.length} attempt` +
       `${s.attempts.length === 1 ? "" : "s"}`),
-    notes.length ? h("ul", { class: "notes" }, notes.map((n) => h("li", {}, n))) : null,
+    notes.length || waited.length
+      ? h("ul", { class: "notes" }, notes.map((n) => h("li", {}, n)), waited) : null,
     h("h3", {}, "Input (definition)"), ...definition,
     h("h3", {}, "Output"), output,
     s.error ? [h("h3", {}, "Error"), h("pre", { class: "error" }, json(s.error))] : null,
