@@ -76,6 +76,7 @@ def test_the_key_prompt_explains_and_a_wrong_key_is_refused_clearly(
         "The server did not accept this key: unknown or revoked API key. "
         "Check the key and try again."
     )
+    tab.screenshot("key-prompt-refused")
     expect(page.locator("#page")).to_be_hidden()
 
     give_key(page, issue(db, "agents:read"))

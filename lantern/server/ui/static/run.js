@@ -1,8 +1,10 @@
 // The run page: summary, waterfall, step details and deliveries, polled live until the run ends.
 
 import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
+import { stepDetails } from "./details.js";
 import { duration, h, json, localTime } from "./dom.js";
-import { buildModel, idempotencyKey, parseAt, provider, TERMINAL, ticks } from "./model.js";
+import { buildModel, provider, TERMINAL, ticks } from "./model.js";
+import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
 
 const POLL_MS = 1000;
 const page = document.getElementById("page");
@@ -18,16 +20,6 @@ const state = {
   definitionProblem: null,
   selected: null,
   finished: false,
-};
-
-const STATE_LABEL = {
-  completed: "completed",
-  failed: "failed",
-  retrying: "retried",
-  "in flight": "in flight",
-  cut: "in flight when its worker died",
-  stopped: "stopped when the run ended",
-  waiting: "waiting",
 };
 
 async function readEvents() {
@@ -126,35 +118,6 @@ function renderSummary(model) {
   document.getElementById("summary").replaceChildren(
     ...items.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
   );
-}
-
-const POLICY = { record: "recorded", pause: "the run paused for a decision",
-  fail: "the run failed by its policy" };
-
-/** An anomaly_detected event {kind, detail, policy} in words. */
-function anomalyText(anomaly) {
-  const { kind = "anomaly", detail = {}, policy } = anomaly.data;
-  const d = typeof detail === "object" && detail !== null ? detail : { detail };
-  let what;
-  if (kind === "runaway_loop") what = `${d.step} started ${d.started} times`;
-  else if (kind === "excessive_steps") what = `${d.steps} step attempts (limit ${d.maxSteps})`;
-  else if (kind === "retry_storm") {
-    what = d.retries !== undefined ? `${d.retries} retries (limit ${d.maxRetries})`
-      : `${d.workspaceRetriesPerMinute} retries a minute in the workspace (limit ${d.perMinute})`;
-  } else if (kind === "cost_spike" || kind === "token_spike") {
-    what = `${d.step}: ${d.value}, over ${d.factor}× the median ${d.median}`;
-  } else {
-    what = Object.entries(d).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join(", ");
-  }
-  const policy_ = POLICY[policy] ? `; ${POLICY[policy]}` : "";
-  return `${kind.replaceAll("_", " ")}: ${what}${policy_}`;
-}
-
-/** What a wait waits for: "approval", "sub-agent". */
-function waitsFor(wait, s) {
-  const kind = wait.kind || s.type;
-  if (kind === "subagent") return "sub-agent";
-  return kind || "an event";
 }
 
 function renderAnomalies(model) {
@@ -305,89 +268,10 @@ async function renderDetails(model) {
   const signature = `${s.id}:${s.events.length}:${state.deliveries.length}`;
   if (signature === detailsFor) return;
   detailsFor = signature;
-  const node = state.nodes && state.nodes.get(s.id);
-  const keys = await Promise.all(s.attempts.map(async (a) =>
-    [a.attempt, await idempotencyKey(runId, s.id, a.attempt)]));
-  const notes = [];
-  for (const band of s.replayed) {
-    notes.push(`Replayed: when ${band.to || "a worker"} re-drove the run (event ${band.seq}), ` +
-      "this step's output was served from the journal; the step was not run again.");
-  }
-  if (s.rerun) {
-    notes.push("Re-run, same key: this step was in flight when its worker crashed, so it ran " +
-      "again with the same attempt number and therefore the same idempotency key.");
-  }
-  for (const r of s.retries) {
-    // step_retrying names the attempt about to run; the one before it failed.
-    const failedAttempt = r.attempt ? `Attempt ${r.attempt - 1}` : "An attempt";
-    const why = r.error ? (r.error.message || json(r.error)) : "an error";
-    const wait = r.delayMs !== undefined ? ` after a backoff of ${duration(r.delayMs)}` : "";
-    notes.push(`Retried: ${failedAttempt} failed (${why}); attempt ${r.attempt ?? "?"}` +
-      `${r.of ? ` of ${r.of}` : ""} followed${wait}.`);
-  }
-  const waited = [];
-  for (const w of s.waits) {
-    const d = w.data || {};
-    const prompt = d.prompt ? `: “${d.prompt}”` : "";
-    const child = d.childRunId
-      ? [" (child run ", h("a", { href: `/ui/runs/${encodeURIComponent(d.childRunId)}` },
-        d.childRunId), ")"]
-      : [];
-    const r = w.resumed;
-    let outcome = "; still waiting";
-    if (r && r.decision) {
-      outcome = `; ${r.decision} by ${r.by || "someone"}${r.comment ? ` (“${r.comment}”)` : ""}`;
-    } else if (r && r.status) outcome = `; the child run ${r.status}`;
-    else if (r) outcome = "; resumed";
-    waited.push(h("li", {}, `Waited ${duration(w.end - w.start)} for ${waitsFor(w, s)}${prompt}`,
-      ...child, `${outcome}.`));
-  }
-  const who = provider(s, node);
-  if (who === "offline") notes.push("Made by the offline model provider (no network, no key).");
-
-  const definition = node
-    ? [h("p", { class: "muted" }, "The rendered input is not journaled; this is the node's " +
-        "definition, templates included, from the agent version the run is pinned to."),
-      h("pre", { id: "step-definition" }, json(node))]
-    : [h("p", { class: "muted" }, state.definitionProblem
-      ? `The definition could not be read (${state.definitionProblem}); a key with the ` +
-        "agents:read scope shows it. The step's events are below."
-      : "No definition for this step.")];
-  let output;
-  if (s.outputRef) {
-    output = h("p", {}, `Stored apart from the event (${s.outputRef.bytes} bytes, ${s.outputRef.ref}).`);
-  } else if (s.output !== undefined) {
-    output = h("pre", { id: "step-output" }, json(s.output));
-  } else {
-    output = h("p", { class: "muted" }, "No output yet.");
-  }
-  const stepDeliveries = state.deliveries.filter((d) => d.stepId === s.id);
-  panel.replaceChildren(...[
-    h("h2", {}, `Step ${s.id} `, h("span", { class: "type" }, s.type)),
-    h("p", {}, h("span", { class: `status ${s.status.replace(" ", "-")}` },
-      STATE_LABEL[s.status] || s.status), ` · ${s.attempts.length} attempt` +
-      `${s.attempts.length === 1 ? "" : "s"}`),
-    notes.length || waited.length
-      ? h("ul", { class: "notes" }, notes.map((n) => h("li", {}, n)), waited) : null,
-    h("h3", {}, "Input (definition)"), ...definition,
-    h("h3", {}, "Output"), output,
-    s.error ? [h("h3", {}, "Error"), h("pre", { class: "error" }, json(s.error))] : null,
-    h("h3", {}, "Idempotency key"),
-    h("p", { class: "muted" }, 'sha256("runID|stepID|attempt"), carried by every side effect of the attempt.'),
-    h("table", { class: "keys" }, keys.map(([attempt, key]) => h("tr", {},
-      h("th", {}, `attempt ${attempt}`), h("td", { class: "mono", "data-attempt": attempt }, key)))),
-    stepDeliveries.length ? [h("h3", {}, "Deliveries"), h("ul", {}, stepDeliveries.map((d) =>
-      h("li", {}, `${d.name} (${d.kind}${d.target ? ` to ${d.target}` : ""}): ` +
-        (d.status === "unknown" ? "unknown (cut off by a crash)" : d.status))))] : null,
-    h("h3", {}, "Events"),
-    h("table", { class: "events" },
-      h("thead", {}, h("tr", {}, ["Event", "At", "Kind", "Attempt", "Data"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, s.events.map((e) => h("tr", {},
-        h("td", {}, String(e.seq)),
-        h("td", { title: localTime(e.at) }, `+${duration(parseAt(e.at) - model.origin)}`),
-        h("td", {}, e.kind),
-        h("td", {}, e.attempt ?? ""), h("td", {}, h("code", {}, JSON.stringify(e.data)))))),
-    ),
-  ].flat().filter(Boolean));
+  panel.replaceChildren(...await stepDetails({
+    runId, s, node: state.nodes && state.nodes.get(s.id),
+    definitionProblem: state.definitionProblem, deliveries: state.deliveries,
+    origin: model.origin,
+  }));
   panel.hidden = false;
 }
