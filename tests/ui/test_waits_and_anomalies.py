@@ -110,9 +110,14 @@ def test_a_parked_run_shows_its_waits_and_updates_when_approved(tmp_path: Path, 
         child.click()
         link = details.get_by_role("link", name=re.compile("^run_"))
         expect(details).to_contain_text("the child run succeeded")
+        child_id = link.inner_text()
+        expect(page.locator("#children a")).to_have_text([child_id])
         link.click()
+        expect(page).to_have_url(f"{server.url}/ui/runs/{child_id}")
         expect(page.locator("#run-status")).to_have_text("succeeded")
         expect(page.locator('.row[data-step="hello"] .status')).to_have_text("completed")
+        page.get_by_role("link", name=run_id).click()  # back up to the parent
+        expect(page).to_have_url(f"{server.url}/ui/runs/{run_id}")
         assert tab.errors == []
     finally:
         server.stop()

@@ -111,6 +111,12 @@ function renderSummary(model) {
       ? h("span", { id: "live" }, "finished; the journal is complete")
       : h("span", { id: "live", class: "live" }, "live, every second")],
   ];
+  const link = (id) => h("a", { href: `/ui/runs/${encodeURIComponent(id)}`, class: "mono" }, id);
+  if (run.parentRunId) items.push(["Parent run", link(run.parentRunId)]);
+  if (run.children && run.children.length) {
+    items.push(["Sub-agent runs", h("span", { id: "children" },
+      run.children.flatMap((id, i) => (i ? [", ", link(id)] : [link(id)])))]);
+  }
   if (run.error) items.push(["Error", h("code", {}, run.error.message || json(run.error))]);
   if (run.output !== null && run.output !== undefined) {
     items.push(["Output", h("details", {}, h("summary", {}, "show"), h("pre", {}, json(run.output)))]);
