@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,13 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern
 
-test: lint typecheck
+# The browser tests drive Debian's Chromium through Playwright's client; no browser is downloaded.
+# The package lists are refreshed only when the install fails on stale ones.
+chromium:
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+
+test: lint typecheck chromium
 	$(BIN)/python tests/pg_server.py ensure
 	$(BIN)/pytest -n 2 -q
 

@@ -21,6 +21,7 @@ def run_json(run: Any) -> dict[str, Any]:
         "updatedAt": run.updated_at.isoformat(),
         "usage": usage_json(run),
         "cancelRequested": run.cancel_requested,
+        "parentRunId": getattr(run, "parent_id", None),
     }
 
 

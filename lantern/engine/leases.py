@@ -74,7 +74,10 @@ class LeaseKeeper:
                 if ok:
                     self._renewed[lease.run_id] = time.monotonic()
                 else:
-                    log.warning("run %s: lease epoch %s was taken over", lease.run_id, lease.epoch)
+                    if lease.run_id in self._held:  # not given up meanwhile by its own drive
+                        log.warning(
+                            "run %s: lease epoch %s was taken over", lease.run_id, lease.epoch
+                        )
                     self._lost.add(lease.run_id)
                     self.drop(lease)
 

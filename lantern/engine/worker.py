@@ -70,6 +70,7 @@ class Worker:
             http=http,
             stopping=self.stopping,
             max_recoveries=self.max_recoveries,
+            on_queued=self.wake,
         )
         return self
 

@@ -1,0 +1,283 @@
+// The run page: summary, waterfall, step details and deliveries, polled live until the run ends.
+
+import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
+import { stepDetails } from "./details.js";
+import { duration, h, json, localTime } from "./dom.js";
+import { buildModel, provider, TERMINAL, ticks } from "./model.js";
+import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
+
+const POLL_MS = 1000;
+const page = document.getElementById("page");
+const runId = page.dataset.runId;
+const path = `/v1/runs/${encodeURIComponent(runId)}`;
+
+const state = {
+  get: null,
+  run: null,
+  events: [],
+  deliveries: [],
+  nodes: null, // node id -> node of the agent version the run is pinned to
+  definitionProblem: null,
+  selected: null,
+  finished: false,
+};
+
+async function readEvents() {
+  let after = state.events.length ? state.events[state.events.length - 1].seq : 0;
+  let fresh = 0;
+  for (;;) {
+    const pageOf = await state.get(`${path}/events?after=${after}`);
+    state.events.push(...pageOf.items);
+    fresh += pageOf.items.length;
+    if (pageOf.nextAfter === null || pageOf.nextAfter === undefined) break;
+    after = pageOf.nextAfter;
+  }
+  return fresh;
+}
+
+async function readDefinition() {
+  try {
+    const name = encodeURIComponent(state.run.agentName);
+    const agent = await state.get(`/v1/agents/${name}?version=${state.run.agentVersion}`);
+    const nodes = (agent.definition.graph && agent.definition.graph.nodes) || [];
+    state.nodes = new Map(nodes.map((n) => [n.id, n]));
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    state.definitionProblem = err.detail;
+  }
+}
+
+async function refresh() {
+  const fresh = await readEvents();
+  if (fresh || !state.run || !TERMINAL.has(state.run.status)) {
+    [state.run, state.deliveries] = await Promise.all([
+      state.get(path),
+      state.get(`${path}/deliveries`).then((d) => d.items),
+    ]);
+  }
+  state.finished = state.events.some((e) => TERMINAL.has(e.kind));
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function follow(askForKey) {
+  while (!state.finished) {
+    await sleep(POLL_MS);
+    try {
+      await refresh();
+      pageMessage("");
+    } catch (err) {
+      if (isKeyProblem(err)) {
+        askForKey(`The server stopped accepting this key: ${err.detail}.`);
+        return;
+      }
+      pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+    }
+    render();
+  }
+}
+
+withKey(async (get, askForKey) => {
+  state.get = get;
+  await refresh(); // the first read: a refused key surfaces here
+  await readDefinition();
+  render();
+  follow(askForKey);
+});
+
+// -- rendering ---------------------------------------------------------------------------
+
+function render() {
+  const model = buildModel(state.events, Date.now());
+  renderSummary(model);
+  renderAnomalies(model);
+  renderWaterfall(model);
+  renderDeliveries();
+  if (state.selected) renderDetails(model);
+}
+
+function renderSummary(model) {
+  const run = state.run;
+  const items = [
+    ["Status", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status)],
+    ["Agent", `${run.agentName} v${run.agentVersion}`],
+    ["Created", localTime(run.createdAt)],
+    ["Duration", state.events.length ? duration(model.end - model.origin) : "not started"],
+    ["Events", String(state.events.length)],
+    ["Recoveries", String(model.bands.length)],
+    ["Updates", state.finished
+      ? h("span", { id: "live" }, "finished; the journal is complete")
+      : h("span", { id: "live", class: "live" }, "live, every second")],
+  ];
+  const link = (id) => h("a", { href: `/ui/runs/${encodeURIComponent(id)}`, class: "mono" }, id);
+  if (run.parentRunId) items.push(["Parent run", link(run.parentRunId)]);
+  if (run.children && run.children.length) {
+    items.push(["Sub-agent runs", h("span", { id: "children" },
+      run.children.flatMap((id, i) => (i ? [", ", link(id)] : [link(id)])))]);
+  }
+  if (run.error) items.push(["Error", h("code", {}, run.error.message || json(run.error))]);
+  if (run.output !== null && run.output !== undefined) {
+    items.push(["Output", h("details", {}, h("summary", {}, "show"), h("pre", {}, json(run.output)))]);
+  }
+  document.getElementById("summary").replaceChildren(
+    ...items.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
+  );
+}
+
+function renderAnomalies(model) {
+  const section = document.getElementById("anomalies");
+  section.hidden = model.anomalies.length === 0;
+  document.getElementById("anomaly-list").replaceChildren(
+    ...model.anomalies.map((a) => h("li", {},
+      h("span", { class: "flag" }, "⚠ anomaly"), " ",
+      a.stepId ? ["at step ", h("strong", {}, a.stepId)] : "in the run", `: ${anomalyText(a)} `,
+      h("span", { class: "muted" }, `(event ${a.seq}, +${duration(a.at - model.origin)})`))),
+  );
+}
+
+function place(model, start, end) {
+  const span = Math.max(model.end - model.origin, 1);
+  const left = ((start - model.origin) / span) * 100;
+  const width = ((Math.max(end, start) - start) / span) * 100;
+  return { left: `${left.toFixed(3)}%`, width: `${width.toFixed(3)}%` };
+}
+
+function segmentTitle(s, attempt, seg) {
+  const what = seg.rerun && seg.state !== "cut" ? `re-run, same key: ${STATE_LABEL[seg.state]}`
+    : STATE_LABEL[seg.state];
+  return `${s.id}, attempt ${attempt.attempt}: ${what}, ${duration(seg.end - seg.start)}`;
+}
+
+function stepRow(model, s) {
+  const node = state.nodes && state.nodes.get(s.id);
+  const bars = [];
+  for (const attempt of s.attempts) {
+    for (const seg of attempt.segments) {
+      const label = seg.state === "cut" ? "cut off by the crash" : seg.rerun ? "re-run, same key"
+        : s.attempts.length > 1 ? `attempt ${attempt.attempt}` : "";
+      bars.push(h("div", {
+        class: `bar attempt ${seg.state.replace(" ", "-")}${seg.rerun ? " rerun" : ""}`,
+        "data-attempt": attempt.attempt, "data-state": seg.state,
+        title: segmentTitle(s, attempt, seg), style: place(model, seg.start, seg.end),
+      }, label));
+    }
+  }
+  for (const b of s.backoffs) {
+    const retry = b.retry || {};
+    const of = retry.of ? ` of ${retry.of}` : "";
+    bars.push(h("div", {
+      class: "bar backoff", style: place(model, b.start, b.end),
+      title: `${s.id}: backoff ${duration(b.end - b.start)} before attempt ${retry.attempt ?? "?"}${of}`,
+    }, "backoff"));
+  }
+  for (const w of s.waits) {
+    const what = waitsFor(w, s);
+    bars.push(h("div", {
+      class: `bar wait${w.open ? " open" : ""}`, style: place(model, w.start, w.end),
+      "data-kind": w.kind, title: `${s.id}: waiting for ${what}, ${duration(w.end - w.start)}` +
+        (w.open ? " so far" : ""),
+    }, h("span", {}, `waiting for ${what}`)));
+  }
+  for (const band of s.replayed) {
+    bars.push(h("div", {
+      class: "marker replay", style: { left: place(model, band.end, band.end).left },
+      title: `${s.id}: served from the journal on the re-drive (event ${band.seq}); not run again`,
+    }, "↺"));
+  }
+  for (const a of s.anomalies) {
+    bars.push(h("div", {
+      class: "marker anomaly", style: { left: place(model, a.at, a.at).left },
+      title: `anomaly: ${anomalyText(a)}`,
+    }, "⚠"));
+  }
+  const first = s.attempts.length ? s.attempts[0].start : model.origin;
+  const lastEnd = s.attempts.length ? Math.max(...s.attempts.map((a) => a.end ?? model.end)) : first;
+  const badges = [
+    s.replayed.length ? h("span", { class: "badge replayed" }, "replayed") : null,
+    s.rerun ? h("span", { class: "badge rerun" }, "re-run, same key") : null,
+    s.attempts.length > 1 ? h("span", { class: "badge attempts" }, `${s.attempts.length} attempts`) : null,
+    provider(s, node) === "offline" ? h("span", { class: "badge offline" }, "offline") : null,
+    s.anomalies.length ? h("span", { class: "badge anomaly" }, "⚠ anomaly") : null,
+  ];
+  const selected = state.selected === s.id;
+  return h("div", {
+    class: `row${s.replayed.length ? " replayed" : ""}${selected ? " selected" : ""}`,
+    role: "button", tabindex: 0, "data-step": s.id, "aria-pressed": selected ? "true" : "false",
+    onclick: () => select(s.id), onkeydown: (ev) => {
+      if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(s.id); }
+    },
+  },
+  h("div", { class: "label" },
+    h("div", { class: "name" }, h("strong", {}, s.id), " ", h("span", { class: "type" }, s.type)),
+    h("div", { class: "facts" },
+      h("span", { class: `status ${s.status.replace(" ", "-")}` }, STATE_LABEL[s.status] || s.status),
+      h("span", { class: "muted" }, ` +${duration(first - model.origin)} · ${duration(lastEnd - first)}`)),
+    h("div", { class: "badges" }, badges)),
+  h("div", { class: "track" }, bars));
+}
+
+function renderWaterfall(model) {
+  const root = document.getElementById("waterfall");
+  if (!state.events.length) {
+    root.replaceChildren(h("p", { class: "muted" }, "The run is queued; no step has started yet."));
+    return;
+  }
+  const span = model.end - model.origin;
+  const axis = h("div", { class: "axis" }, ticks(span).map((t) =>
+    h("span", { class: "tick", style: { left: `${((t / Math.max(span, 1)) * 100).toFixed(3)}%` } },
+      duration(t))));
+  const bands = model.bands.map((b) => h("div", {
+    class: "band crash", style: place(model, b.start, b.end),
+    title: `crash: ${b.from || "?"} stopped journaling; ${b.to || "?"} recovered the run ` +
+      `(epoch ${b.epoch}, event ${b.seq}) after ${duration(b.end - b.start)}`,
+  }, h("span", {}, `crash → recovered by ${b.to || "?"}`)));
+  // An anomaly is a run's event: a line across every row at the moment it was raised.
+  const lines = model.anomalies.map((a) => h("div", {
+    class: "anomaly-line", style: { left: place(model, a.at, a.at).left },
+    title: `anomaly: ${anomalyText(a)}`,
+  }, h("span", {}, "⚠")));
+  root.replaceChildren(
+    h("div", { class: "head" }, h("div", { class: "label" }, "Step"), axis),
+    h("div", { class: "rows" },
+      h("div", { class: "bands" }, bands, lines),
+      model.steps.map((s) => stepRow(model, s))),
+  );
+}
+
+function renderDeliveries() {
+  const section = document.getElementById("deliveries");
+  section.hidden = state.deliveries.length === 0;
+  document.getElementById("deliveries-body").replaceChildren(...state.deliveries.map((d) =>
+    h("tr", {}, h("td", {}, d.name), h("td", {}, d.stepId), h("td", {}, String(d.attempt)),
+      h("td", {}, d.kind), h("td", {}, d.target || ""),
+      h("td", { class: `status ${d.status}` },
+        d.status === "unknown" ? "unknown (cut off by a crash)" : d.status))));
+}
+
+// -- details of one step -------------------------------------------------------------------
+
+let detailsFor = null; // what the details panel shows now, to redraw only on change
+
+function select(stepId) {
+  state.selected = state.selected === stepId ? null : stepId;
+  detailsFor = null;
+  render();
+  if (!state.selected) document.getElementById("details").hidden = true;
+}
+
+async function renderDetails(model) {
+  const s = model.steps.find((x) => x.id === state.selected);
+  const panel = document.getElementById("details");
+  if (!s) return;
+  const signature = `${s.id}:${s.events.length}:${state.deliveries.length}`;
+  if (signature === detailsFor) return;
+  detailsFor = signature;
+  panel.replaceChildren(...await stepDetails({
+    runId, s, node: state.nodes && state.nodes.get(s.id),
+    definitionProblem: state.definitionProblem, deliveries: state.deliveries,
+    origin: model.origin,
+  }));
+  panel.hidden = false;
+}

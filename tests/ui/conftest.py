@@ -1,0 +1,3 @@
+from tests.ui.browser import browser, tab
+
+__all__ = ["browser", "tab"]
