@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -56,8 +56,10 @@ class Runner:
         http: httpx.AsyncClient,
         stopping: asyncio.Event | None = None,
         max_recoveries: int = 10,
+        issue_receipt: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
         self.app = app
         self.keeper = keeper
@@ -106,6 +108,8 @@ class Runner:
             await self.store.release_lease(lease)
             return await self.store.get_run(run_id)
         # The commit that finished the run released its lease in the same transaction.
+        if self.issue_receipt is not None:
+            await self.issue_receipt(run_id)
         return replace(
             run,
             status=final.status,

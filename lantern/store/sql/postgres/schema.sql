@@ -101,3 +101,17 @@ CREATE TABLE signing_secrets (
     previous_secret  text,
     previous_until   timestamptz
 );
+
+CREATE TABLE signing_keys (
+    kid         text        PRIMARY KEY,
+    x           text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE receipts (
+    run_id      text        PRIMARY KEY REFERENCES runs (id),
+    key_id      text        NOT NULL REFERENCES signing_keys (kid),
+    body        text        NOT NULL,
+    signature   text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
