@@ -18,10 +18,9 @@ from lantern.cli.common import fail, opened, remote, run, settings, with_databas
 from lantern.config import Settings
 from lantern.errors import LanternError
 from lantern.receipts import keys as signing
-from lantern.receipts.export import document, local_export
-from lantern.receipts.issue import SignedReceipt, open_issuer
+from lantern.receipts.export import local_export, remote_export
+from lantern.receipts.issue import open_issuer
 from lantern.receipts.verify import verify
-from lantern.sdk import AsyncClient
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 
@@ -119,7 +118,7 @@ def export_command(
         api = remote()
         if api is not None:
             async with api:
-                return await _remote_export(api, run_id)
+                return await remote_export(api, run_id)
         async with opened(s) as store:
             return await local_export(store, await open_issuer(s, store), run_id)
 
@@ -153,20 +152,12 @@ async def _gather(
     api = remote()
     if api is not None:
         async with api:
-            doc = await _remote_export(api, target)
+            doc = await remote_export(api, target)
             return doc, await api.receipt_keys() if server_keys else []
     async with opened(s) as store:
         doc = await local_export(store, await open_issuer(s, store), target)
         found = await store.signing_keys() if server_keys else []
     return doc, [signing.PublicKey(k.kid, k.x).jwk() for k in found]
-
-
-async def _remote_export(api: AsyncClient, run_id: str) -> dict[str, Any]:
-    signed = await api.receipt(run_id)  # first: a 409 for an unfinished run
-    events: list[Any] = []
-    while page := await api.events(run_id, after=events[-1].seq if events else 0):
-        events += page
-    return document(events, SignedReceipt(signed.receipt, signed.signature, signed.key_id))
 
 
 def _read_keys(keys_from: str) -> list[Any]:

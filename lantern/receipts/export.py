@@ -14,6 +14,7 @@ from typing import Any
 
 from lantern.errors import NotFound
 from lantern.receipts.issue import Issuer, SignedReceipt
+from lantern.sdk.client import AsyncClient
 from lantern.store.base import Store
 
 
@@ -43,3 +44,12 @@ async def local_export(store: Store, issuer: Issuer, run_id: str) -> dict[str, A
         raise NotFound(f"run {run_id} not found")
     signed = await issuer.receipt(run)
     return document(await store.events(run_id), signed)
+
+
+async def remote_export(api: AsyncClient, run_id: str) -> dict[str, Any]:
+    """The export read over the API (the server issues the receipt if the run has none)."""
+    signed = await api.receipt(run_id)  # first: a 409 for an unfinished run
+    events: list[Any] = []
+    while page := await api.events(run_id, after=events[-1].seq if events else 0):
+        events += page
+    return document(events, SignedReceipt(signed.receipt, signed.signature, signed.key_id))
