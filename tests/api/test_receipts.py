@@ -3,6 +3,7 @@ would, with a plain Ed25519 library, RFC 8785 and SHA-256, and the status code r
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
@@ -18,6 +19,7 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+import lantern
 from lantern.demo.receiver import Receiver
 from lantern.receipts.keys import private_pem
 from tests.helpers import http_chain
@@ -208,3 +210,22 @@ def test_a_rotated_key_still_verifies_old_receipts(database_url: str, tmp_path: 
         assert offline.returncode == 0, offline.stderr
     finally:
         second.stop()
+
+
+def test_the_sdk_reads_receipts_and_keys(api_server: Server, alice: httpx.Client) -> None:
+    run = finish(alice)
+    key = alice.headers["authorization"].removeprefix("Bearer ")
+
+    async def read() -> tuple[lantern.Receipt, list[dict[str, Any]]]:
+        async with lantern.AsyncClient(api_server.url, key) as api:
+            with pytest.raises(lantern.NotFoundError):
+                await api.receipt("run_nothere")
+            return await api.receipt(run["id"]), await api.receipt_keys()
+
+    signed, keys = asyncio.run(read())
+    assert isinstance(signed, lantern.Receipt) and signed.key_id == signed.receipt["keyId"]
+    assert signed.to_json() == alice.get(f"/v1/runs/{run['id']}/receipt").json()
+    assert [k["kid"] for k in keys] == [signed.key_id]
+    with lantern.Client(api_server.url, key) as sync:
+        assert sync.receipt(run["id"]) == signed
+        assert sync.receipt_keys() == keys
