@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import re
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ AGENT = {
         "edges": [{"source": "start", "target": "a"}, {"source": "a", "target": "b"}],
     },
 }
+LANTERN = str(Path(sys.executable).parent / "lantern")
 INPUT = {"x": "Ada Lovelace", "y": 1815.5}
 
 
@@ -211,3 +215,48 @@ def test_bad_usage_and_failed_operations(setup: tuple[Cli, dict[str, Any], str])
     assert unknown.exit_code == 1 and "run run_nothere not found" in unknown.stderr
     early = cli.export(queued)
     assert early.exit_code == 1 and "has not finished" in early.stderr
+
+
+def test_rotate_key_signs_new_receipts_and_old_ones_still_verify(
+    setup: tuple[Cli, dict[str, Any], str], database_url: str
+) -> None:
+    cli, doc, _ = setup
+    rotated = cli.receipt("rotate-key")
+    assert rotated.exit_code == 0 and "new signing key" in rotated.stdout, rotated.output
+    new_kid = rotated.stdout.split()[3]
+    run_id = asyncio.run(one_more_run(database_url))
+    fresh = json.loads(cli.export(run_id).stdout)
+    assert fresh["keyId"] == new_kid != doc["keyId"]
+    keys = json.loads(cli.receipt("keys").stdout)["keys"]
+    assert {k["kid"] for k in keys} == {doc["keyId"], new_kid}
+    (cli.tmp / "jwks.json").write_text(json.dumps({"keys": keys}))
+    assert cli.verify(doc).exit_code == 0
+    assert cli.verify(fresh).exit_code == 0
+
+
+async def one_more_run(url: str) -> str:
+    """A finished run of the agent ``setup`` applied, with no receipt yet."""
+    store = open_store(url)
+    await store.open()
+    try:
+        created = await create_run(store, "pair", INPUT)
+        async with Worker(store, tools(), worker_id="w", lease_ttl=30) as w:
+            assert w.runner is not None
+            await w.runner.drive(created.id)
+    finally:
+        await store.close()
+    return created.id
+
+
+def test_serve_refuses_a_bad_signing_key_in_one_line(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "LANTERN_DATABASE_URL": f"sqlite:///{tmp_path / 'l.db'}",
+        "LANTERN_SIGNING_KEY": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----",
+    }
+    done = subprocess.run(
+        [LANTERN, "serve", "--port", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: LANTERN_SIGNING_KEY: PEM block 1 cannot be read")
+    assert done.stderr.count("\n") == 1
