@@ -15,3 +15,12 @@ def new_run_id() -> str:
 def idempotency_key(run_id: str, step_id: str, attempt: int) -> str:
     """The key every side effect of one step attempt carries: sha256("runID|stepID|attempt")."""
     return hashlib.sha256(f"{run_id}|{step_id}|{attempt}".encode()).hexdigest()
+
+
+def child_run_id(parent_id: str, step_id: str, attempt: int) -> str:
+    """The run a subagent step attempt starts: derived, so a re-drive finds it, never a twin.
+
+    It keeps the parent's time prefix, so children sort next to their parent.
+    """
+    digest = hashlib.sha256(f"{parent_id}|{step_id}|{attempt}".encode()).hexdigest()
+    return f"{parent_id[:16]}{digest[:16]}"

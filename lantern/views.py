@@ -22,6 +22,7 @@ def run_json(run: Any) -> dict[str, Any]:
         # Model calls (and so tokens and cost) arrive with the model layer.
         "usage": {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0},
         "cancelRequested": run.cancel_requested,
+        "parentRunId": getattr(run, "parent_id", None),
     }
 
 

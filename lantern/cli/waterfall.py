@@ -56,7 +56,7 @@ class Run(Protocol):
 
 
 BAR_WIDTH = 32
-_STYLE = {"completed": "green", "failed": "red", "in flight": "yellow"}
+_STYLE = {"completed": "green", "failed": "red", "in flight": "yellow", "retried": "magenta"}
 
 
 @dataclass(frozen=True)
@@ -65,33 +65,38 @@ class StepRow:
     node_type: str
     start: float  # seconds from run_started
     duration: float | None  # None while in flight
-    status: str  # completed | failed | in flight
+    status: str  # completed | failed | retried (failed, another attempt follows) | in flight
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
     rerun: bool = False  # in flight at a crash, so executed again with the same key
 
 
 def step_rows(events: Sequence[Event]) -> list[StepRow]:
+    """One row per step attempt, in the order the attempts started."""
     if not events:
         return []
     origin = events[0].at
-    started: dict[str, tuple[datetime, str, int]] = {}
-    ended: dict[str, tuple[datetime, str]] = {}
+    # A re-run after a crash journals the same (step, attempt) again: keep the first start.
+    started: dict[tuple[str, int], tuple[datetime, str]] = {}
+    ended: dict[tuple[str, int], tuple[datetime, str]] = {}
     replayed: set[str] = set()
     rerun: set[str] = set()
     for e in events:
+        if not e.step_id and e.kind != "run_recovered":
+            continue
         if e.kind == "step_started" and e.step_id:
-            if e.step_id not in started:
-                started[e.step_id] = (e.at, e.data.get("type", ""), e.attempt or 1)
+            started.setdefault((e.step_id, e.attempt or 1), (e.at, e.data.get("type", "")))
         elif e.kind in ("step_completed", "step_failed") and e.step_id:
             status = "completed" if e.kind == "step_completed" else "failed"
-            ended[e.step_id] = (e.at, status)
+            ended[(e.step_id, e.attempt or 1)] = (e.at, status)
+        elif e.kind == "step_retrying" and e.step_id:
+            ended[(e.step_id, int(e.data.get("attempt", 2)) - 1)] = (e.at, "retried")
         elif e.kind == "run_recovered":
             replayed.update(e.data.get("replayed", []))
             rerun.update(e.data.get("inFlight", []))
     rows = []
-    for step, (at, node_type, attempt) in started.items():
-        end = ended.get(step)
+    for (step, attempt), (at, node_type) in started.items():
+        end = ended.get((step, attempt))
         rows.append(
             StepRow(
                 step_id=step,

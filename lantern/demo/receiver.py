@@ -2,7 +2,8 @@
 
 The demo and the tests point http connectors at it to count deliveries and their
 Idempotency-Keys. ``hold(path)`` keeps requests to a path waiting (a request in flight) until
-``release()``, so a test can kill the sender at exactly that moment.
+``release()``, so a test can kill the sender at exactly that moment; ``fail(path, status, n)``
+answers the next ``n`` requests to a path with an error status, as a flaky service would.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._held: str | None = None
         self._release = threading.Event()
+        self._failures: dict[str, tuple[int, int]] = {}  # path -> (status, how many more)
         self.arrived = threading.Event()  # a held request has arrived
         receiver = self
 
@@ -54,11 +56,12 @@ class Receiver:
                     receiver.hits.append(hit)
                     count = sum(1 for h in receiver.hits if h.path == self.path)
                     held = receiver._held == self.path
+                    status = receiver._next_status(self.path)
                 if held:
                     receiver.arrived.set()
                     receiver._release.wait(60)
                 payload = json.dumps({"path": self.path, "received": count}).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -101,6 +104,18 @@ class Receiver:
         with self._lock:
             self._held = None
         self._release.set()
+
+    def fail(self, path: str, status: int, times: int) -> None:
+        """Answer the next ``times`` requests to ``path`` with ``status``."""
+        with self._lock:
+            self._failures[path] = (status, times)
+
+    def _next_status(self, path: str) -> int:
+        status, left = self._failures.get(path, (200, 0))
+        if left <= 0:
+            return 200
+        self._failures[path] = (status, left - 1)
+        return status
 
     def count(self, path: str) -> int:
         with self._lock:

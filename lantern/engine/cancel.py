@@ -2,10 +2,13 @@
 
 A run that a replica is executing is stopped by that replica: its lease keeper sees the flag
 within a second, cancels the steps in flight and journals ``run_cancelled`` itself, so the
-journal keeps one writer.
+journal keeps one writer. A queued or parked run holds no live lease, so it is finished here.
+Cancelling a run cancels the runs its sub-agents started, and theirs.
 """
 
 from __future__ import annotations
+
+from contextlib import suppress
 
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
@@ -31,6 +34,10 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
         else:
             await store.release_lease(lease)
+    for child in await store.children(run_id):
+        if not child.finished:
+            with suppress(Conflict):  # it finished meanwhile
+                await cancel_run(store, child.id, worker_id, ttl)
     found = await store.get_run(run_id)
     assert found is not None
     return found

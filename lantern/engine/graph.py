@@ -5,6 +5,7 @@ Validation collects every problem before it fails, so one error names them all.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections import deque
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from lantern.engine import templates
+from lantern.engine import anomalies, templates
 from lantern.errors import DefinitionError
 
-AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector"})
-PLANNED_TYPES = frozenset({"ai-step", "subagent", "approval"})
+AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector", "subagent", "approval"})
+PLANNED_TYPES = frozenset({"ai-step"})
+# An edge out of an approval may be taken on one decision only; an unmarked one on approval.
+EDGE_CONDITIONS = frozenset({"approved", "rejected"})
 RETRYABLE_CLASSES = frozenset({"any", "timeout", "llm", "connector", "tool"})
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -37,25 +40,41 @@ class Graph:
     predecessors: Mapping[str, tuple[str, ...]]
     successors: Mapping[str, tuple[str, ...]]
     trigger: str
+    # (source, target) -> the decision of the source approval that takes the edge
+    conditions: Mapping[tuple[str, str], str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # anomaly kind -> its limits and policy (lantern.engine.anomalies)
+    anomalies: Mapping[str, dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: anomalies.settings({})
+    )
 
     @property
     def sinks(self) -> tuple[str, ...]:
         return tuple(n for n in self.nodes if not self.successors[n])
 
     @functools.cached_property
-    def upstream(self) -> Mapping[str, frozenset[str]]:
-        """Every node's ancestors, computed once per graph in topological order."""
-        found: dict[str, frozenset[str]] = {}
+    def order(self) -> tuple[str, ...]:
+        """The nodes in a topological order (every node after its predecessors)."""
+        found: list[str] = []
         waiting = {n: len(self.predecessors[n]) for n in self.nodes}
         ready = deque(n for n, count in waiting.items() if count == 0)
         while ready:
             n = ready.popleft()
-            preds = self.predecessors[n]
-            found[n] = frozenset(preds).union(*(found[p] for p in preds))
+            found.append(n)
             for s in self.successors[n]:
                 waiting[s] -= 1
                 if waiting[s] == 0:
                     ready.append(s)
+        return tuple(found)
+
+    @functools.cached_property
+    def upstream(self) -> Mapping[str, frozenset[str]]:
+        """Every node's ancestors, computed once per graph."""
+        found: dict[str, frozenset[str]] = {}
+        for n in self.order:
+            preds = self.predecessors[n]
+            found[n] = frozenset(preds).union(*(found[p] for p in preds))
         return MappingProxyType(found)
 
 
@@ -78,11 +97,13 @@ def parse_agent(definition: Any) -> Graph:
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
         raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
+    if "anomalies" in definition:
+        anomalies.check_config(definition["anomalies"], problems)
     result = _parse_graph(str(name), graph, problems)
     if problems:
         raise DefinitionError(problems)
     assert result is not None
-    return result
+    return dataclasses.replace(result, anomalies=anomalies.settings(definition))
 
 
 def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph | None:
@@ -107,6 +128,7 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
 
     succ: dict[str, list[str]] = {n: [] for n in nodes}
     pred: dict[str, list[str]] = {n: [] for n in nodes}
+    conditions: dict[tuple[str, str], str] = {}
     for index, edge in enumerate(raw_edges):
         if not isinstance(edge, dict):
             problems.append(f"edge {index}: must be an object with 'source' and 'target'")
@@ -124,6 +146,19 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
             if target not in succ[source]:  # an edge listed twice is still one edge
                 succ[source].append(target)
                 pred[target].append(source)
+            on = edge.get("on")
+            if nodes[source].type == "approval":
+                if on is not None and on not in EDGE_CONDITIONS:
+                    problems.append(
+                        f"edge {index} ({source} -> {target}): 'on' must be"
+                        " 'approved' or 'rejected'"
+                    )
+                conditions[(source, target)] = on if on in EDGE_CONDITIONS else "approved"
+            elif on is not None:
+                problems.append(
+                    f"edge {index} ({source} -> {target}): only an edge out of an approval"
+                    " node may have 'on'"
+                )
 
     triggers = [n.id for n in nodes.values() if n.type == "trigger"]
     if not triggers:
@@ -151,6 +186,7 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
         predecessors=MappingProxyType({k: tuple(v) for k, v in pred.items()}),
         successors=MappingProxyType({k: tuple(v) for k, v in succ.items()}),
         trigger=triggers[0],
+        conditions=MappingProxyType(conditions),
     )
 
 
@@ -182,8 +218,17 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
             problems.append(f"{where}: data.args must be an object")
     elif node_type == "connector":
         _check_connector(where, data, problems)
+    elif node_type == "approval":
+        _check_approval(where, data, problems)
+    elif node_type == "subagent":
+        name = data.get("agentName")
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(f"{where}: a subagent node needs data.agentName, an agent's name")
     if "retry" in data:
         _check_retry(where, data["retry"], problems)
+    timeout = data.get("timeoutMs", 1)
+    if not _is_int(timeout) or timeout <= 0:
+        problems.append(f"{where}: data.timeoutMs must be a positive integer (milliseconds)")
     _check_templates(where, data, problems)
     return Node(node_id, str(node_type), MappingProxyType(dict(data)))
 
@@ -231,9 +276,6 @@ def _check_email(where: str, data: dict[str, Any], problems: list[str]) -> None:
     for field in parts:
         if not isinstance(data[field], str):
             problems.append(f"{where}: data.{field} must be a string (templates allowed)")
-    timeout = data.get("timeoutMs", 1)
-    if not _is_int(timeout) or timeout <= 0:
-        problems.append(f"{where}: data.timeoutMs must be a positive integer")
 
 
 def _is_recipients(value: Any, *, empty_ok: bool) -> bool:
@@ -251,6 +293,16 @@ def _is_address(value: str) -> bool:
     if "{{" in value or "{%" in value:
         return True
     return "@" in value and "\r" not in value and "\n" not in value
+
+
+def _check_approval(where: str, data: dict[str, Any], problems: list[str]) -> None:
+    if not isinstance(data.get("prompt", ""), str):
+        problems.append(f"{where}: data.prompt must be a string (templates allowed)")
+    assignees = data.get("assignees", [])
+    if not isinstance(assignees, list) or not all(isinstance(a, str) for a in assignees):
+        problems.append(f"{where}: data.assignees must be a list of strings")
+    if data.get("onTimeout", "reject") not in ("approve", "reject"):
+        problems.append(f"{where}: data.onTimeout must be 'approve' or 'reject'")
 
 
 def _check_retry(where: str, retry: Any, problems: list[str]) -> None:

@@ -1,7 +1,10 @@
 """Decide, don't do: which nodes run next, as a pure function of the graph and the journal.
 
-A node is ready when every predecessor has completed and it has not started. A run is done
-when every node has completed (validation guarantees all are reachable from the trigger).
+A node is ready when every predecessor has completed, every edge into it is taken, and it has
+not started. An edge out of an approval is taken on its decision (``on``, approved when
+unmarked); a node behind an edge not taken, or behind a skipped node, is skipped. A run is
+done when every node has completed or been skipped (validation guarantees all are reachable
+from the trigger).
 """
 
 from __future__ import annotations
@@ -12,24 +15,56 @@ from typing import Any
 from lantern.engine.graph import Graph
 
 
-def ready(graph: Graph, completed: Collection[str], started: Collection[str]) -> list[str]:
-    """Nodes to start now, in definition order."""
+def ready(graph: Graph, completed: Mapping[str, Any], started: Collection[str]) -> list[str]:
+    """Nodes to start now, in definition order (``completed``: step outputs by node)."""
+    if not graph.conditions:  # the common case: no decision anywhere, nothing skipped
+        return [
+            n
+            for n in graph.nodes
+            if n not in started
+            and n not in completed
+            and all(p in completed for p in graph.predecessors[n])
+        ]
+    skip = skipped(graph, completed)
     return [
         n
         for n in graph.nodes
         if n not in started
         and n not in completed
+        and n not in skip
         and all(p in completed for p in graph.predecessors[n])
     ]
 
 
-def finished(graph: Graph, completed: Collection[str]) -> bool:
-    return all(n in completed for n in graph.nodes)
+def skipped(graph: Graph, completed: Mapping[str, Any]) -> set[str]:
+    """Nodes that will never run: behind an edge its decision did not take."""
+    if not graph.conditions:
+        return set()
+    found: set[str] = set()
+    for n in graph.order:
+        for p in graph.predecessors[n]:
+            if p in found or (p in completed and not _taken(graph, p, n, completed[p])):
+                found.add(n)
+                break
+    return found
+
+
+def _taken(graph: Graph, source: str, target: str, output: Any) -> bool:
+    condition = graph.conditions.get((source, target))
+    return condition is None or (isinstance(output, dict) and output.get("decision") == condition)
+
+
+def finished(graph: Graph, completed: Mapping[str, Any]) -> bool:
+    if all(n in completed for n in graph.nodes):
+        return True
+    skip = skipped(graph, completed)
+    return all(n in completed or n in skip for n in graph.nodes)
 
 
 def run_output(graph: Graph, outputs: Mapping[str, Any]) -> Any:
-    """A run's output: its one final node's output, or ``{nodeId: output}`` for several."""
-    sinks = graph.sinks
+    """A run's output: its one final node's output, or ``{nodeId: output}`` for several
+    (final nodes that were skipped are left out)."""
+    sinks = [n for n in graph.sinks if n in outputs]
     if len(sinks) == 1:
         return outputs[sinks[0]]
     return {n: outputs[n] for n in sinks}

@@ -35,11 +35,27 @@ class RunState:
     last_hash: str = GENESIS
     worker: str | None = None  # the last worker that drove the run
     recoveries: int = 0  # re-drives after a crash or a lost executor
+    # step_id -> (the attempt to run next, when it is due in epoch ms) after a step_retrying
+    retrying: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # step_id -> its step_waiting data, for steps parked at an approval or on a sub-agent
+    waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> list[str]:
         """Steps started and not finished: the crash hit them mid-flight."""
-        return [s for s in self.attempts if s not in self.outputs and s not in self.failed]
+        return [
+            s
+            for s in self.attempts
+            if s not in self.outputs
+            and s not in self.failed
+            and s not in self.backing_off
+            and s not in self.waiting
+        ]
+
+    @property
+    def backing_off(self) -> dict[str, tuple[int, int]]:
+        """Steps waiting out a retry backoff whose next attempt has not started."""
+        return {s: r for s, r in self.retrying.items() if r[0] > self.attempts.get(s, 0)}
 
 
 def fold(events: Iterable[Event]) -> RunState:
@@ -57,8 +73,15 @@ def fold(events: Iterable[Event]) -> RunState:
             state.attempts[e.step_id] = e.attempt or 1
         elif e.kind == "step_completed" and e.step_id is not None:
             state.outputs[e.step_id] = output_of(e)
+            state.waiting.pop(e.step_id, None)
         elif e.kind == "step_failed" and e.step_id is not None:
             state.failed.add(e.step_id)
+            state.waiting.pop(e.step_id, None)
+        elif e.kind == "step_retrying" and e.step_id is not None:
+            state.retrying[e.step_id] = (int(e.data["attempt"]), int(e.data["dueAt"]))
+            state.waiting.pop(e.step_id, None)
+        elif e.kind == "step_waiting" and e.step_id is not None:
+            state.waiting[e.step_id] = dict(e.data)
         elif e.kind in TERMINAL_KINDS:
             state.terminal = e.kind
     return state

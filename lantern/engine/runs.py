@@ -35,6 +35,8 @@ async def create_run(
     workspace: str = DEFAULT_WORKSPACE,
     *,
     idempotency_key: str | None = None,
+    run_id: str | None = None,
+    parent_id: str | None = None,
 ) -> Run:
     """A queued run pinned to the agent's newest version.
 
@@ -47,7 +49,7 @@ async def create_run(
     digest = _request_digest(agent_name, input)
     now = datetime.now(UTC)
     run = Run(
-        id=new_run_id(),
+        id=run_id or new_run_id(),
         workspace=workspace,
         agent_name=agent_name,
         agent_version=0,  # the store pins the newest version in the same statement
@@ -57,6 +59,7 @@ async def create_run(
         error=None,
         created_at=now,
         updated_at=now,
+        parent_id=parent_id,
     )
     try:
         return await store.create_run(run, idempotency_key=idempotency_key, request_digest=digest)

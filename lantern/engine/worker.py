@@ -73,6 +73,7 @@ class Worker:
             http=http,
             stopping=self.stopping,
             max_recoveries=self.max_recoveries,
+            on_queued=self.wake,
             issue_receipt=self.issue_receipt,
         )
         return self

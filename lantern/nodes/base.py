@@ -27,6 +27,8 @@ class StepContext:
     deliveries: Deliveries
     # The run's workspace's webhook signing secrets, newest first (none: send unsigned).
     signing_secrets: Callable[[], Awaitable[list[str]]]
+    # Start (or find, on a re-run) this step attempt's child run: (agent name, input) -> run id
+    start_child: Callable[[str, Any], Awaitable[str]] | None = None
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""
@@ -40,15 +42,26 @@ class StepContext:
         )
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A step's answer when it parks the run: journaled as ``step_waiting`` with ``data``
+    (``kind`` approval or subagent), and resolved later by a decision or a finished child."""
+
+    data: dict[str, Any]
+
+
 NodeExecutor = Callable[[StepContext], Awaitable[Any]]
+WAITING_TYPES = frozenset({"approval", "subagent"})  # park the run; no step timeout applies
 
 
 def executor_for(node_type: str) -> NodeExecutor:
-    from lantern.nodes import connector, tool, trigger
+    from lantern.nodes import approval, connector, subagent, tool, trigger
 
     executors: dict[str, NodeExecutor] = {
         "trigger": trigger.execute,
         "tool": tool.execute,
         "connector": connector.execute,
+        "approval": approval.execute,
+        "subagent": subagent.execute,
     }
     return executors[node_type]

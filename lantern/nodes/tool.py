@@ -24,6 +24,10 @@ async def execute(ctx: StepContext) -> Any:
     except TypeError as exc:
         raise StepError(f"tool {name!r} rejected its arguments: {exc}", error_class="tool") from exc
     except Exception as exc:
+        # An exception may be transient (a timeout, a busy peer): a retry policy naming the
+        # tool class retries it. A tool raises lantern.StepError itself to say otherwise.
         raise StepError(
-            f"tool {name!r} failed: {type(exc).__name__}: {exc}", error_class="tool"
+            f"tool {name!r} failed: {type(exc).__name__}: {exc}",
+            error_class="tool",
+            retryable=True,
         ) from exc

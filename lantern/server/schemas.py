@@ -21,6 +21,14 @@ class Decision(Body):
     comment: str | None = Field(default=None, max_length=10_000)
 
 
+class DecisionOut(BaseModel):
+    runId: str
+    nodeId: str
+    decision: Literal["approved", "rejected"]
+    decidedBy: str
+    comment: str | None
+
+
 class Usage(BaseModel):
     inputTokens: int
     outputTokens: int
@@ -39,6 +47,8 @@ class RunOut(BaseModel):
     updatedAt: str
     usage: Usage
     cancelRequested: bool
+    parentRunId: str | None = None
+    children: list[str] | None = None  # on GET /v1/runs/{id}: the runs its sub-agents started
 
 
 class RunPage(BaseModel):

@@ -10,6 +10,7 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Decision,
     Delivery,
     DeliveryStatus,
     Event,
@@ -160,6 +161,26 @@ class Store(Protocol):
 
     async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
         """The run's journal in sequence order, in one query."""
+
+    # run control: a parked (``waiting``) run holds no lease; whatever resumes it sets its
+    # ``wake_at`` to now, and the dispatcher claims due parked runs like queued ones
+    async def decide(self, decision: Decision) -> bool:
+        """Store the one decision at an approval and wake the run; False if one was made."""
+
+    async def decisions(self, run_id: str) -> dict[str, Decision]:
+        """The run's approval decisions by node id."""
+
+    async def wake(self, run_id: str) -> None:
+        """Make a parked run due now (no-op for a run that is not waiting)."""
+
+    async def children(self, run_id: str) -> list[Run]:
+        """The runs the run's sub-agent steps started."""
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """(step id, output usage) of the steps that reported usage in the agent's newest
+        ``runs`` succeeded runs: the baseline a cost or token spike is measured against."""
 
     # webhook signing secrets: one current per workspace, plus the one it replaced while that
     # is in its overlap (kept in the clear: signing needs the secret itself, not a hash)

@@ -30,6 +30,7 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Decision,
     Delivery,
     DeliveryStatus,
     Event,
@@ -48,7 +49,7 @@ log = logging.getLogger("lantern.store.postgres")
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
-    " updated_at, cancel_requested"
+    " updated_at, cancel_requested, parent_run_id"
 )
 _KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
@@ -63,10 +64,12 @@ WITH batch AS (
         step_id text, node_id text, attempt int, blob_digest text, hash text)
 ), updates AS (
     SELECT * FROM json_to_recordset(%(updates)s::json) AS u(
-        run_id text, status text, output jsonb, error jsonb, release boolean)
+        run_id text, epoch bigint, status text, output jsonb, error jsonb, release boolean,
+        wake_at timestamptz)
 ), fenced AS (
     SELECT l.run_id FROM run_locks l
-    JOIN (SELECT DISTINCT run_id, epoch FROM batch) w ON w.run_id = l.run_id AND w.epoch = l.epoch
+    JOIN (SELECT run_id, epoch FROM batch UNION SELECT run_id, epoch FROM updates) w
+      ON w.run_id = l.run_id AND w.epoch = l.epoch
     FOR SHARE OF l
 ), stored_blobs AS (
     INSERT INTO blobs (digest, body)
@@ -79,8 +82,15 @@ WITH batch AS (
     SELECT run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash
     FROM batch WHERE run_id IN (SELECT run_id FROM fenced)
 ), updated AS (
-    UPDATE runs r SET status = u.status, output = u.output, error = u.error, updated_at = now()
+    UPDATE runs r SET status = u.status, output = u.output, error = u.error, updated_at = now(),
+                      wake_at = u.wake_at
     FROM updates u WHERE r.id = u.run_id AND u.run_id IN (SELECT run_id FROM fenced)
+), woken AS (
+    -- A parent parked on a finished sub-agent is due now.
+    UPDATE runs p SET wake_at = now()
+    FROM updates u JOIN runs c ON c.id = u.run_id
+    WHERE u.status IN ('succeeded', 'failed', 'cancelled') AND p.id = c.parent_run_id
+      AND p.status = 'waiting' AND u.run_id IN (SELECT run_id FROM fenced)
 ), released AS (
     UPDATE run_locks l SET expires_at = 'epoch'
     FROM updates u
@@ -108,8 +118,17 @@ WITH expired AS (
       AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
     ORDER BY r.created_at LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
+), woken AS (
+    -- Parked runs that are due: woken by a decision, a finished child or a timeout.
+    SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
+    FROM runs r
+    WHERE r.status = 'waiting' AND r.wake_at <= now() AND %(queued)s
+      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id AND l.expires_at > now())
+    ORDER BY r.wake_at LIMIT %(limit)s
+    FOR NO KEY UPDATE OF r SKIP LOCKED
 ), found AS (
-    SELECT * FROM expired UNION ALL SELECT * FROM unleased LIMIT %(limit)s
+    SELECT * FROM expired UNION ALL SELECT * FROM unleased UNION ALL SELECT * FROM woken
+    LIMIT %(limit)s
 ), stolen AS (
     INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
     SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM found
@@ -164,9 +183,9 @@ RETURNING 1
 # Pins the agent's newest version in the same statement (one round trip per create).
 _CREATE_RUN = """
 INSERT INTO runs (id, workspace, agent_name, agent_version, status, input, created_at,
-                  updated_at, idempotency_key, request_digest)
+                  updated_at, idempotency_key, request_digest, parent_run_id)
 SELECT %(id)s, workspace, name, version, %(status)s, %(input)s, %(created)s, %(created)s,
-       %(key)s, %(digest)s
+       %(key)s, %(digest)s, %(parent)s
 FROM agents WHERE workspace = %(workspace)s AND name = %(agent)s
 ORDER BY version DESC LIMIT 1
 RETURNING agent_version
@@ -209,7 +228,7 @@ SELECT epoch FROM lease
 
 
 def _run(row: TupleRow) -> Run:
-    return Run(*row[:11])
+    return Run(*row[:12])
 
 
 def _api_key(row: TupleRow) -> ApiKey:
@@ -374,6 +393,7 @@ class PostgresStore:
             "created": run.created_at,
             "key": idempotency_key,
             "digest": request_digest,
+            "parent": run.parent_id,
         }
         try:
             row = await self._fetchone(_CREATE_RUN, args)
@@ -391,7 +411,7 @@ class PostgresStore:
             " WHERE workspace = %s AND idempotency_key = %s",
             (workspace, idempotency_key),
         )
-        return None if row is None else (_run(row), row[11] or "")
+        return None if row is None else (_run(row), row[12] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         row = await self._fetchone(
@@ -547,8 +567,9 @@ class PostgresStore:
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         row = await self._fetchone(
+            # A lease given up by the commit that finished or parked its run stays given up.
             "UPDATE run_locks SET expires_at = now() + make_interval(secs => %s)"
-            " WHERE run_id = %s AND epoch = %s RETURNING 1",
+            " WHERE run_id = %s AND epoch = %s AND expires_at > 'epoch' RETURNING 1",
             (ttl, lease.run_id, lease.epoch),
         )
         return row is not None
@@ -667,10 +688,12 @@ class PostgresStore:
                 updates.append(
                     {
                         "run_id": item.lease.run_id,
+                        "epoch": item.lease.epoch,
                         "status": u.status,
                         "output": u.output,
                         "error": u.error,
-                        "release": u.status in TERMINAL,
+                        "release": u.releases,
+                        "wake_at": None if u.wake_at is None else u.wake_at.isoformat(),
                     }
                 )
         params = {
@@ -713,6 +736,57 @@ class PostgresStore:
             (run_id, after),
         )
         return [_event(r) for r in rows]
+
+    # -- run control: parked runs, approvals, sub-agents ------------------------------
+
+    async def decide(self, decision: Decision) -> bool:
+        d = decision
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "INSERT INTO approvals (run_id, node_id, decision, decided_by, comment)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment),
+            )
+            if not cur.rowcount:
+                return False
+            await conn.execute(
+                "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'",
+                (d.run_id,),
+            )
+        return True
+
+    async def decisions(self, run_id: str) -> dict[str, Decision]:
+        rows = await self._fetchall(
+            "SELECT run_id, node_id, decision, decided_by, comment, decided_at"
+            " FROM approvals WHERE run_id = %s",
+            (run_id,),
+        )
+        return {r[1]: Decision(*r) for r in rows}
+
+    async def wake(self, run_id: str) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'", (run_id,)
+            )
+
+    async def children(self, run_id: str) -> list[Run]:
+        rows = await self._fetchall(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = %s ORDER BY id", (run_id,)
+        )
+        return [_run(r) for r in rows]
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self._fetchall(
+            "SELECT e.step_id, e.data->'output'->'usage' FROM journal_events e"
+            " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = %s AND agent_name = %s"
+            "  AND status = 'succeeded' ORDER BY id DESC LIMIT %s)"
+            " AND e.kind = 'step_completed'"
+            " AND jsonb_typeof(e.data->'output'->'usage') = 'object'",
+            (workspace, agent_name, runs),
+        )
+        return [(r[0], r[1]) for r in rows]
 
     # -- webhook signing secrets ------------------------------------------------------
 

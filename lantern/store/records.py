@@ -33,6 +33,7 @@ class Run:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool = False
+    parent_id: str | None = None  # the run whose subagent step started this one
 
     @property
     def finished(self) -> bool:
@@ -143,6 +144,13 @@ class RunUpdate:
     status: RunStatus
     output: Any = None
     error: Any = None
+    # A parked (waiting) run is claimed again at this time even if nothing wakes it sooner.
+    wake_at: datetime | None = None
+
+    @property
+    def releases(self) -> bool:
+        """A finished or parked run gives its lease up in the same transaction."""
+        return self.status in TERMINAL or self.status == "waiting"
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,18 @@ class Append:
     lease: Lease
     events: tuple[NewEvent, ...]
     update: RunUpdate | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A human's (or a timeout's) answer at an approval: stored once per run and node."""
+
+    run_id: str
+    node_id: str
+    decision: Literal["approved", "rejected"]
+    decided_by: str
+    comment: str | None = None
+    decided_at: datetime | None = None
 
 
 @dataclass(frozen=True)

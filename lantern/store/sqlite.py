@@ -28,6 +28,7 @@ from lantern.store.records import (
     AgentVersion,
     ApiKey,
     Append,
+    Decision,
     Delivery,
     DeliveryStatus,
     Event,
@@ -46,7 +47,7 @@ T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
-    " updated_at, cancel_requested"
+    " updated_at, cancel_requested, parent_run_id"
 )
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
@@ -68,6 +69,7 @@ def _run(row: sqlite3.Row) -> Run:
         created_at=_time(row[8]),
         updated_at=_time(row[9]),
         cancel_requested=bool(row[10]),
+        parent_id=row[11],
     )
 
 
@@ -272,8 +274,8 @@ class SQLiteStore:
     ) -> Run:
         sql = (
             "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
-            " created_at, updated_at, idempotency_key, request_digest)"
-            " SELECT ?, workspace, name, version, ?, ?, ?, ?, ?, ?"
+            " created_at, updated_at, idempotency_key, request_digest, parent_run_id)"
+            " SELECT ?, workspace, name, version, ?, ?, ?, ?, ?, ?, ?"
             " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
             " RETURNING agent_version"
         )
@@ -286,6 +288,7 @@ class SQLiteStore:
             created,
             idempotency_key,
             request_digest,
+            run.parent_id,
             run.workspace,
             run.agent_name,
         )
@@ -305,7 +308,7 @@ class SQLiteStore:
             " WHERE workspace = ? AND idempotency_key = ?"
         )
         row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
-        return None if row is None else (_run(row), row[11] or "")
+        return None if row is None else (_run(row), row[12] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         sql = (
@@ -431,11 +434,20 @@ class SQLiteStore:
             " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
             " ORDER BY r.created_at LIMIT ?"
         )
+        # Parked runs that are due: woken by a decision, a finished child or a timeout.
+        woken = (
+            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'waiting' AND r.wake_at <= ?"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id"
+            " AND l.expires_at > ?) ORDER BY r.wake_at LIMIT ?"
+        )
 
         def tx(conn: sqlite3.Connection) -> list[Orphan]:
-            found = conn.execute(expired, (time.time(), *statuses, limit)).fetchall()
+            now = time.time()
+            found = conn.execute(expired, (now, *statuses, limit)).fetchall()
             if "queued" in statuses and len(found) < limit:
                 found += conn.execute(unleased, (limit - len(found),)).fetchall()
+            if "queued" in statuses and len(found) < limit:
+                found += conn.execute(woken, (now, now, limit - len(found))).fetchall()
             return [
                 Orphan(
                     run_id,
@@ -498,7 +510,11 @@ class SQLiteStore:
         return [r[0] for r in rows]
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
-        sql = "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
+        # A lease given up by the commit that finished or parked its run stays given up.
+        sql = (
+            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ?"
+            " AND expires_at > 0"
+        )
         args = (time.time() + ttl, lease.run_id, lease.epoch)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
 
@@ -623,6 +639,60 @@ class SQLiteStore:
         rows = await self._read(lambda c: c.execute(sql, (run_id, after)).fetchall())
         return [_event(r, r[10]) for r in rows]
 
+    # -- run control: parked runs, approvals, sub-agents ------------------------------
+
+    async def decide(self, decision: Decision) -> bool:
+        d = decision
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            done = conn.execute(
+                "INSERT INTO approvals (run_id, node_id, decision, decided_by, comment,"
+                " decided_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment, now),
+            ).rowcount
+            if done:
+                conn.execute(
+                    "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'",
+                    (now, d.run_id),
+                )
+            return bool(done)
+
+        return await self._write(tx)
+
+    async def decisions(self, run_id: str) -> dict[str, Decision]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT run_id, node_id, decision, decided_by, comment, decided_at"
+                " FROM approvals WHERE run_id = ?",
+                (run_id,),
+            ).fetchall()
+        )
+        return {r[1]: Decision(r[0], r[1], r[2], r[3], r[4], _time(r[5])) for r in rows}
+
+    async def wake(self, run_id: str) -> None:
+        sql = "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'"
+        args = (time.time(), run_id)
+        await self._write(lambda c: c.execute(sql, args))
+
+    async def children(self, run_id: str) -> list[Run]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"
+        rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
+        return [_run(r) for r in rows]
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        sql = (
+            "SELECT e.step_id, json_extract(e.data, '$.output.usage') FROM journal_events e"
+            " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = ? AND agent_name = ?"
+            "  AND status = 'succeeded' ORDER BY id DESC LIMIT ?)"
+            " AND e.kind = 'step_completed'"
+            " AND json_type(e.data, '$.output.usage') = 'object'"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (workspace, agent_name, runs)).fetchall())
+        return [(r[0], loads_or_none(r[1])) for r in rows]
+
     # -- webhook signing secrets ------------------------------------------------------
 
     async def signing_secrets(self, workspace: str) -> list[str]:
@@ -744,19 +814,28 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
     if item.update is not None:
         u = item.update
         conn.execute(
-            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
+            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = ?"
+            " WHERE id = ?",
             (
                 u.status,
                 None if u.output is None else dumps(u.output),
                 None if u.error is None else dumps(u.error),
                 time.time(),
+                None if u.wake_at is None else u.wake_at.timestamp(),
                 lease.run_id,
             ),
         )
-        if u.status in TERMINAL:
+        if u.releases:
             conn.execute(
                 "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?",
                 (lease.run_id, lease.epoch),
+            )
+        if u.status in TERMINAL:
+            # A parent parked on this run (a sub-agent) is due now.
+            conn.execute(
+                "UPDATE runs SET wake_at = ? WHERE status = 'waiting'"
+                " AND id = (SELECT parent_run_id FROM runs WHERE id = ?)",
+                (time.time(), lease.run_id),
             )
     return None
 

@@ -317,14 +317,6 @@ def test_an_invalid_retry_block(retry: Any, expected: str) -> None:
             {"id": "draft", "type": "ai-step", "data": {"model": "gpt-4o-mini", "prompt": "x"}},
             "node 'draft': node type 'ai-step' is not available yet",
         ),
-        (
-            {"id": "child", "type": "subagent", "data": {"agentName": "summarise"}},
-            "node 'child': node type 'subagent' is not available yet",
-        ),
-        (
-            {"id": "ok", "type": "approval", "data": {"prompt": "Send it?"}},
-            "node 'ok': node type 'approval' is not available yet",
-        ),
     ],
 )
 def test_planned_features_are_not_available_yet(node: dict[str, Any], expected: str) -> None:
@@ -454,3 +446,52 @@ def test_a_bad_name_and_a_bad_graph_are_reported_together() -> None:
     problems = problems_of(agent([tool("a")], [], name=""))
     assert any(p.startswith("name must be") for p in problems)
     assert any("no trigger" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        ({"id": "ok", "type": "approval", "data": {"prompt": 3}}, "data.prompt must be a string"),
+        (
+            {"id": "ok", "type": "approval", "data": {"assignees": "ada"}},
+            "data.assignees must be a list of strings",
+        ),
+        (
+            {"id": "ok", "type": "approval", "data": {"timeoutMs": 10, "onTimeout": "maybe"}},
+            "data.onTimeout must be 'approve' or 'reject'",
+        ),
+        ({"id": "ok", "type": "approval", "data": {"timeoutMs": 0}}, "data.timeoutMs must be"),
+        ({"id": "c", "type": "subagent", "data": {}}, "a subagent node needs data.agentName"),
+    ],
+)
+def test_an_invalid_approval_or_subagent_node(node: dict[str, Any], expected: str) -> None:
+    problem = one_problem(fan_out(node))
+    assert expected in problem
+
+
+def test_only_an_edge_out_of_an_approval_may_carry_a_decision() -> None:
+    definition = fan_out(tool("a"))
+    definition["graph"]["edges"][0]["on"] = "approved"
+    assert "only an edge out of an approval node may have 'on'" in one_problem(definition)
+
+
+def test_edges_out_of_an_approval_are_taken_on_their_decision() -> None:
+    graph = parse_agent(
+        {
+            "name": "gate",
+            "graph": {
+                "nodes": [
+                    {"id": "start", "type": "trigger"},
+                    {"id": "ok", "type": "approval"},
+                    tool("send"),
+                    tool("apologise"),
+                ],
+                "edges": [
+                    {"source": "start", "target": "ok"},
+                    {"source": "ok", "target": "send"},
+                    {"source": "ok", "target": "apologise", "on": "rejected"},
+                ],
+            },
+        }
+    )
+    assert graph.conditions == {("ok", "send"): "approved", ("ok", "apologise"): "rejected"}

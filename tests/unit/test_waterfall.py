@@ -179,3 +179,19 @@ def test_render_prints_a_row_per_step_and_the_recovery() -> None:
     s1 = next(line for line in lines if line.startswith("s1 "))
     assert "replayed" in s1
     assert "w1 -> w2" in text and "re-ran s2" in text and "replayed 2 step(s)" in text
+
+
+def test_each_attempt_of_a_retried_step_has_its_own_row() -> None:
+    j = Journal()
+    j.add(0, "run_started").add(0, "step_started", {"type": "trigger"}, "start", 1)
+    j.add(0, "step_completed", {"output": {}}, "start", 1)
+    j.add(10, "step_started", {"type": "connector"}, "call", 1)
+    j.add(30, "step_retrying", {"attempt": 2, "of": 3, "error": {}}, "call", 2)
+    j.add(130, "step_started", {"type": "connector"}, "call", 2)
+    j.add(150, "step_completed", {"output": {}}, "call", 2)
+    rows = [(r.step_id, r.attempt, r.status, r.duration) for r in step_rows(j.events)]
+    assert rows == [
+        ("start", 1, "completed", 0.0),
+        ("call", 1, "retried", 0.02),
+        ("call", 2, "completed", 0.02),
+    ]

@@ -10,14 +10,16 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
+from lantern.engine.approvals import decide
 from lantern.engine.cancel import cancel_run
 from lantern.engine.runs import create_run
-from lantern.errors import Conflict, UsageError
+from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import (
     PROBLEMS,
     CreateRun,
     Decision,
+    DecisionOut,
     DeliveryList,
     EventPage,
     RunOut,
@@ -101,7 +103,7 @@ async def get(
     while not run.finished and time.monotonic() < deadline:
         await asyncio.sleep(WAIT_POLL)
         run = await owned_run(store, run_id, key)
-    return run_json(run)
+    return {**run_json(run), "children": [c.id for c in await store.children(run_id)]}
 
 
 @router.get("/{run_id}/events", response_model=EventPage)
@@ -146,14 +148,33 @@ async def cancel(
     return JSONResponse(run_json(run), status_code=202)
 
 
-@router.post("/{run_id}/approvals/{node_id}", response_model=RunOut)
+@router.post("/{run_id}/approvals/{node_id}", status_code=202, response_model=DecisionOut)
 async def approve(
     run_id: str,
     node_id: str,
     body: Decision,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("runs:approve"))],
-) -> dict[str, Any]:
-    run = await owned_run(services(request).store, run_id, key)
-    # Approval nodes arrive with run control; until then no run can be waiting at one.
-    raise Conflict(f"run {run.id} is not waiting at an approval node {node_id!r}")
+) -> JSONResponse:
+    """Approve or reject a run parked at an approval; decided once (a second one is 409)."""
+    s = services(request)
+    run = await owned_run(s.store, run_id, key)
+    made = await decide(
+        s.store,
+        run,
+        node_id,
+        "approved" if body.decision == "approve" else "rejected",
+        f"key:{key.id}",
+        body.comment,
+    )
+    s.worker.wake()  # the run is due: resume it here unless another replica is quicker
+    return JSONResponse(
+        {
+            "runId": made.run_id,
+            "nodeId": made.node_id,
+            "decision": made.decision,
+            "decidedBy": made.decided_by,
+            "comment": made.comment,
+        },
+        status_code=202,
+    )

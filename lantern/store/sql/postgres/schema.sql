@@ -24,6 +24,8 @@ CREATE TABLE runs (
     idempotency_key  text,
     request_digest   text,
     cancel_requested boolean NOT NULL DEFAULT false,
+    wake_at          timestamptz,
+    parent_run_id    text,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -31,6 +33,8 @@ CREATE INDEX runs_by_workspace ON runs (workspace, id);
 CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
+CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
+CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id      text        PRIMARY KEY REFERENCES runs (id),
@@ -100,6 +104,16 @@ CREATE TABLE signing_secrets (
     created_at       timestamptz NOT NULL DEFAULT now(),
     previous_secret  text,
     previous_until   timestamptz
+);
+
+CREATE TABLE approvals (
+    run_id      text        NOT NULL REFERENCES runs (id),
+    node_id     text        NOT NULL,
+    decision    text        NOT NULL CHECK (decision IN ('approved', 'rejected')),
+    decided_by  text        NOT NULL,
+    comment     text,
+    decided_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, node_id)
 );
 
 CREATE TABLE signing_keys (

@@ -25,12 +25,16 @@ CREATE TABLE runs (
     idempotency_key  TEXT,
     request_digest   TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    wake_at          REAL,
+    parent_run_id    TEXT,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
 CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
+CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
+CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id      TEXT    PRIMARY KEY REFERENCES runs (id),
@@ -98,6 +102,16 @@ CREATE TABLE signing_secrets (
     created_at       REAL NOT NULL,
     previous_secret  TEXT,
     previous_until   REAL
+);
+
+CREATE TABLE approvals (
+    run_id      TEXT NOT NULL REFERENCES runs (id),
+    node_id     TEXT NOT NULL,
+    decision    TEXT NOT NULL CHECK (decision IN ('approved', 'rejected')),
+    decided_by  TEXT NOT NULL,
+    comment     TEXT,
+    decided_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, node_id)
 );
 
 CREATE TABLE signing_keys (

@@ -1,0 +1,17 @@
+-- Run control: runs parked at an approval or a sub-agent, and the decisions that resume them.
+
+ALTER TABLE runs ADD COLUMN wake_at REAL;
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+-- The dispatcher reads parked runs that are due, never every waiting run.
+CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
+CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+
+CREATE TABLE approvals (
+    run_id      TEXT NOT NULL REFERENCES runs (id),
+    node_id     TEXT NOT NULL,
+    decision    TEXT NOT NULL CHECK (decision IN ('approved', 'rejected')),
+    decided_by  TEXT NOT NULL,
+    comment     TEXT,
+    decided_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, node_id)
+);
