@@ -19,3 +19,4 @@ def test_demo_crashes_resumes_and_delivers_each_once(tmp_path: Path) -> None:
     assert "status succeeded" in out
     assert out.count("replayed") >= 3 and "re-run, same key" in out
     assert "Each delivery made once" in out
+    assert "Receipt verified" in out

@@ -115,3 +115,17 @@ CREATE TABLE approvals (
     decided_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, node_id)
 );
+
+CREATE TABLE signing_keys (
+    kid         text        PRIMARY KEY,
+    x           text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE receipts (
+    run_id      text        PRIMARY KEY REFERENCES runs (id),
+    key_id      text        NOT NULL REFERENCES signing_keys (kid),
+    body        text        NOT NULL,
+    signature   text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);

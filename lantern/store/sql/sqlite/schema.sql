@@ -113,3 +113,17 @@ CREATE TABLE approvals (
     decided_at  REAL NOT NULL,
     PRIMARY KEY (run_id, node_id)
 );
+
+CREATE TABLE signing_keys (
+    kid         TEXT PRIMARY KEY,
+    x           TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+
+CREATE TABLE receipts (
+    run_id      TEXT PRIMARY KEY REFERENCES runs (id),
+    key_id      TEXT NOT NULL REFERENCES signing_keys (kid),
+    body        TEXT NOT NULL,
+    signature   TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
