@@ -6,7 +6,8 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from lantern.durations import parse_duration
 from lantern.errors import UsageError
@@ -53,6 +54,8 @@ class Settings:
     max_body_bytes: int = 10 * 1024 * 1024
     max_recoveries: int = 10
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
+    data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
+    signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -69,7 +72,21 @@ class Settings:
             max_body_bytes=_integer(e, "LANTERN_MAX_BODY_BYTES", 10 * 1024 * 1024),
             max_recoveries=_integer(e, "LANTERN_MAX_RECOVERIES", 10),
             smtp_url=smtp_url(e),
+            data_dir=e.get("LANTERN_DATA_DIR") or None,
+            signing_key=e.get("LANTERN_SIGNING_KEY") or None,
         )
+
+    @property
+    def data_path(self) -> Path:
+        """Where Lantern keeps its files (the receipt signing keys): LANTERN_DATA_DIR, else the
+        folder of a SQLite database, else ``.lantern``."""
+        if self.data_dir:
+            return Path(self.data_dir)
+        if self.database_url.startswith("sqlite:///"):
+            path = self.database_url.removeprefix("sqlite:///")
+            if path not in ("", ":memory:"):
+                return Path(path).parent
+        return Path(".lantern")
 
 
 def smtp_url(env: Mapping[str, str] | None = None) -> str | None:

@@ -72,4 +72,5 @@ def event_json(event: Event) -> dict[str, Any]:
         "attempt": event.attempt,
         "data": event.data,
         "at": event.at.isoformat(),
+        "hash": event.hash,
     }

@@ -59,6 +59,7 @@ class Server:
             "LANTERN_PORT": str(self.port),
             "LANTERN_WORKER_ID": f"test-{self.port}",
             "PYTHONPATH": str(ROOT),
+            "LANTERN_DATA_DIR": str(self.log.parent),  # its receipt signing key
             **self.env,
         }
         with self.log.open("ab") as out:

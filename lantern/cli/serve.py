@@ -16,6 +16,7 @@ from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
 from lantern.errors import LanternError
 from lantern.models.registry import check_configuration
+from lantern.receipts.keys import load_ring
 from lantern.server.app import create_app
 
 
@@ -58,6 +59,7 @@ def serve(
     try:
         tools = load_app(app_spec)
         check_configuration()
+        load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
     except LanternError as exc:
         fail(str(exc), 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lantern.cli import waterfall
+from lantern.demo import receipt
 from lantern.demo.receiver import Receiver, running
 from lantern.sdk import AsyncClient
 from lantern.server.auth import issue_key
@@ -100,6 +101,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
                 out.print(f"[red]the server did not restart; see {log}")
                 return 1
             finished = await api.wait(run.id, timeout=60)
+            exported, keys = await receipt.fetch(api, run.id)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
@@ -110,7 +112,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     stored = await store.get_run(run.id)
     assert stored is not None
     waterfall.render(stored, await store.events(run.id), out, await store.deliveries(run.id))
-    return _deliveries(receiver, finished.status, out)
+    return max(_deliveries(receiver, finished.status, out), receipt.show(exported, keys, out))
 
 
 def _free_port() -> int:

@@ -64,9 +64,11 @@ class Runner:
         stopping: asyncio.Event | None = None,
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
+        issue_receipt: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
+        self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
         self.app = app
         self.keeper = keeper
@@ -128,6 +130,8 @@ class Runner:
             await self.store.release_lease(lease)
             return await self.store.get_run(run_id)
         # The commit that finished the run released its lease in the same transaction.
+        if self.issue_receipt is not None:
+            await self.issue_receipt(run_id)
         return replace(
             run,
             status=final.status,

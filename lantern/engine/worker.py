@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
@@ -37,8 +38,10 @@ class Worker:
         poll_interval: float = 0.2,
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
+        issue_receipt: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
         self.poll_interval = poll_interval
@@ -71,6 +74,7 @@ class Worker:
             stopping=self.stopping,
             max_recoveries=self.max_recoveries,
             on_queued=self.wake,
+            issue_receipt=self.issue_receipt,
         )
         return self
 

@@ -17,7 +17,7 @@ from lantern.sdk.errors import (
     Unprocessable,
     WaitTimeout,
 )
-from lantern.sdk.models import Agent, Event, Page, Run, Usage
+from lantern.sdk.models import Agent, Event, Page, Receipt, Run, Usage
 from lantern.sdk.sync import Client
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "Receipt",
     "Run",
     "ServerError",
     "Unprocessable",

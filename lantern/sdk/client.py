@@ -26,7 +26,16 @@ import httpx
 
 from lantern.errors import LanternError, UsageError
 from lantern.sdk.errors import ConnectionFailed, InvalidResponse, WaitTimeout, error_from_body
-from lantern.sdk.models import Agent, Delivery, Event, EventPage, Page, Run, RunStatus
+from lantern.sdk.models import (
+    Agent,
+    Delivery,
+    Event,
+    EventPage,
+    Page,
+    Receipt,
+    Run,
+    RunStatus,
+)
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
 
 T = TypeVar("T")
@@ -206,6 +215,16 @@ class AsyncClient:
         already finished raises ``ConflictError``."""
         path = f"/v1/runs/{_seg(run_id)}/cancel"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
+
+    async def receipt(self, run_id: str) -> Receipt:
+        """The finished run's signed receipt (``ConflictError`` while it is unfinished)."""
+        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/receipt")
+        return _parse(Receipt.from_json, data)
+
+    async def receipt_keys(self) -> list[dict[str, Any]]:
+        """The public keys that verify receipts, as JWKs (``kty`` OKP, ``crv`` Ed25519)."""
+        data = await self._send("GET", "/v1/receipts/keys")
+        return _parse(lambda d: [dict(k) for k in d["keys"]], data)
 
     # Agents
 

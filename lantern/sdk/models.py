@@ -15,7 +15,17 @@ from lantern.store.records import TERMINAL, RunStatus
 
 T = TypeVar("T")
 
-__all__ = ["Agent", "Event", "EventPage", "Page", "Run", "RunStatus", "Usage", "parse_time"]
+__all__ = [
+    "Agent",
+    "Event",
+    "EventPage",
+    "Page",
+    "Receipt",
+    "Run",
+    "RunStatus",
+    "Usage",
+    "parse_time",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ class Event:
     step_id: str | None = None
     node_id: str | None = None
     attempt: int | None = None
+    hash: str | None = None  # chained to the previous event's (docs/receipts.md)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
@@ -99,6 +110,7 @@ class Event:
             step_id=data.get("stepId"),
             node_id=data.get("nodeId"),
             attempt=None if attempt is None else int(attempt),
+            hash=data.get("hash"),
         )
 
 
@@ -180,6 +192,28 @@ class EventPage:
             items=tuple(Event.from_json(x) for x in data["items"]),
             next_after=None if after is None else int(after),
         )
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A finished run's signed receipt (docs/receipts.md): ``receipt`` is what was signed,
+    ``signature`` its Ed25519 signature (base64url), ``key_id`` the signing key's ``kid``."""
+
+    receipt: dict[str, Any]
+    signature: str
+    key_id: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Receipt:
+        return cls(
+            receipt=dict(data["receipt"]),
+            signature=str(data["signature"]),
+            key_id=str(data["keyId"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's answer again, as ``lantern runs export`` writes it beside the events."""
+        return {"receipt": self.receipt, "signature": self.signature, "keyId": self.key_id}
 
 
 def parse_time(value: Any) -> datetime:

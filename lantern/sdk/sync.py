@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
-from lantern.sdk.models import Agent, Delivery, Event, Page, Run, RunStatus
+from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus
 
 T = TypeVar("T")
 
@@ -184,6 +184,12 @@ class Client:
 
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
+
+    def receipt(self, run_id: str) -> Receipt:
+        return self._thread.run(self._async.receipt(run_id))
+
+    def receipt_keys(self) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.receipt_keys())
 
     def apply_agent(self, definition: Mapping[str, Any]) -> Agent:
         return self._thread.run(self._async.apply_agent(definition))

@@ -18,11 +18,12 @@ from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
 from lantern.engine.worker import Worker
+from lantern.receipts.issue import open_issuer
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.routes import agents, health, runs, ui, workers
+from lantern.server.routes import agents, health, receipts, runs, ui, workers
 from lantern.store.base import open_store
 
 
@@ -31,6 +32,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         store = open_store(settings.database_url)
         await store.open()
+        issuer = await open_issuer(settings, store)
         worker = Worker(
             store,
             tools,
@@ -39,9 +41,10 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             max_concurrent=settings.max_concurrent_runs,
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
+            issue_receipt=issuer.after_finish,
         )
         async with worker:
-            api.state.services = Services(store, worker, settings)
+            api.state.services = Services(store, worker, settings, issuer)
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             try:
                 yield
@@ -57,7 +60,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, agents, workers, health, ui):
+    for module in (runs, agents, workers, health, receipts, ui):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

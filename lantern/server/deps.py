@@ -10,6 +10,7 @@ from fastapi import Request
 from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.errors import Forbidden, NotFound
+from lantern.receipts.issue import Issuer
 from lantern.server import auth
 from lantern.store.base import Store
 from lantern.store.records import ApiKey, Run
@@ -20,6 +21,7 @@ class Services:
     store: Store
     worker: Worker
     settings: Settings
+    issuer: Issuer
 
 
 def services(request: Request) -> Services:

@@ -66,6 +66,7 @@ class EventOut(BaseModel):
     attempt: int | None
     data: dict[str, Any]
     at: str
+    hash: str | None = None  # chained to the previous event's (docs/receipts.md)
 
 
 class EventPage(BaseModel):
@@ -143,3 +144,39 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
         (422, "invalid definition or input"),
     )
 }
+
+
+class ReceiptBody(BaseModel):
+    """The signed receipt (docs/receipts.md); it may gain members, never lose them."""
+
+    model_config = ConfigDict(extra="allow")
+    version: int
+    runId: str
+    workspace: str
+    agentName: str
+    agentVersion: int
+    status: Literal["succeeded", "failed", "cancelled"]
+    eventCount: int
+    journalHead: str = Field(pattern="^sha256:[0-9a-f]{64}$")
+    outputDigest: str = Field(pattern="^sha256:[0-9a-f]{64}$")
+    usage: Usage
+    issuedAt: str
+    keyId: str
+
+
+class ReceiptOut(BaseModel):
+    receipt: ReceiptBody
+    signature: str
+    keyId: str
+
+
+class Jwk(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kty: Literal["OKP"]
+    crv: Literal["Ed25519"]
+    kid: str
+    x: str
+
+
+class JwkSet(BaseModel):
+    keys: list[Jwk]

@@ -21,6 +21,8 @@ from lantern.store.records import (
     RunStatus,
     RunUpdate,
     RunUsage,
+    SigningKey,
+    StoredReceipt,
     WorkerInfo,
 )
 
@@ -197,6 +199,22 @@ class Store(Protocol):
     async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
         """Make ``secret`` the current one; the one it replaces keeps signing for ``overlap_s``
         seconds more (0: it stops at once, for a leaked secret)."""
+
+    # receipts: one signed receipt per finished run, and every key that ever signed one
+    async def journal_head(self, run_id: str) -> tuple[int, str | None]:
+        """How many events the run's journal holds, and the hash of the last one."""
+
+    async def register_signing_key(self, kid: str, x: str) -> None:
+        """Record a receipt signing key's public half (nothing happens when it is known)."""
+
+    async def signing_keys(self) -> list[SigningKey]:
+        """Every registered receipt signing key, oldest first."""
+
+    async def put_receipt(self, receipt: StoredReceipt) -> StoredReceipt:
+        """Store the run's receipt unless it has one; return the one stored (so concurrent
+        issuers agree on a single receipt)."""
+
+    async def get_receipt(self, run_id: str) -> StoredReceipt | None: ...
 
 
 def open_store(url: str) -> Store:

@@ -41,6 +41,8 @@ from lantern.store.records import (
     RunStatus,
     RunUpdate,
     RunUsage,
+    SigningKey,
+    StoredReceipt,
     WorkerInfo,
 )
 
@@ -840,3 +842,52 @@ class PostgresStore:
                     "overlap": float(overlap_s),
                 },
             )
+
+    # -- receipts ---------------------------------------------------------------------
+
+    async def journal_head(self, run_id: str) -> tuple[int, str | None]:
+        row = await self._fetchone(
+            "SELECT COUNT(*), (SELECT hash FROM journal_events WHERE run_id = %(run)s"
+            " ORDER BY seq DESC LIMIT 1) FROM journal_events WHERE run_id = %(run)s",
+            {"run": run_id},
+        )
+        assert row is not None
+        return int(row[0]), row[1]
+
+    async def register_signing_key(self, kid: str, x: str) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO signing_keys (kid, x) VALUES (%s, %s) ON CONFLICT (kid) DO NOTHING",
+                (kid, x),
+            )
+
+    async def signing_keys(self) -> list[SigningKey]:
+        rows = await self._fetchall(
+            "SELECT kid, x, created_at FROM signing_keys ORDER BY created_at, kid"
+        )
+        return [SigningKey(*r) for r in rows]
+
+    async def put_receipt(self, receipt: StoredReceipt) -> StoredReceipt:
+        r = receipt
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO receipts (run_id, key_id, body, signature) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (run_id) DO NOTHING",
+                (r.run_id, r.key_id, r.body, r.signature),
+            )
+            # A statement of its own: its snapshot sees a receipt a concurrent issuer committed.
+            cur = await conn.execute(
+                "SELECT run_id, key_id, body, signature, created_at FROM receipts"
+                " WHERE run_id = %s",
+                (r.run_id,),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return StoredReceipt(*row)
+
+    async def get_receipt(self, run_id: str) -> StoredReceipt | None:
+        row = await self._fetchone(
+            "SELECT run_id, key_id, body, signature, created_at FROM receipts WHERE run_id = %s",
+            (run_id,),
+        )
+        return None if row is None else StoredReceipt(*row)

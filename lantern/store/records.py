@@ -204,3 +204,23 @@ class Decision:
     decided_by: str
     comment: str | None = None
     decided_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A receipt signing key's public half, as registered: every replica serves every key."""
+
+    kid: str  # the RFC 7638 JWK thumbprint
+    x: str  # the Ed25519 public key, base64url without padding
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    """A run's signed receipt. ``body`` is the receipt's canonical JSON, the signed bytes."""
+
+    run_id: str
+    key_id: str
+    body: str
+    signature: str  # base64url without padding
+    created_at: datetime | None = None

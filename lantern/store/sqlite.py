@@ -39,6 +39,8 @@ from lantern.store.records import (
     RunStatus,
     RunUpdate,
     RunUsage,
+    SigningKey,
+    StoredReceipt,
     WorkerInfo,
 )
 
@@ -738,6 +740,43 @@ class SQLiteStore:
         args = (workspace, secret, now, keep, now + overlap_s if keep else None)
         await self._write(lambda c: c.execute(sql, args))
 
+    # -- receipts ---------------------------------------------------------------------
+
+    async def journal_head(self, run_id: str) -> tuple[int, str | None]:
+        sql = (
+            "SELECT COUNT(*), (SELECT hash FROM journal_events WHERE run_id = ?"
+            " ORDER BY seq DESC LIMIT 1) FROM journal_events WHERE run_id = ?"
+        )
+        row = await self._read(lambda c: c.execute(sql, (run_id, run_id)).fetchone())
+        return int(row[0]), row[1]
+
+    async def register_signing_key(self, kid: str, x: str) -> None:
+        sql = "INSERT INTO signing_keys VALUES (?, ?, ?) ON CONFLICT (kid) DO NOTHING"
+        args = (kid, x, time.time())
+        await self._write(lambda c: c.execute(sql, args))
+
+    async def signing_keys(self) -> list[SigningKey]:
+        sql = "SELECT kid, x, created_at FROM signing_keys ORDER BY created_at, kid"
+        rows = await self._read(lambda c: c.execute(sql).fetchall())
+        return [SigningKey(r[0], r[1], _time(r[2])) for r in rows]
+
+    async def put_receipt(self, receipt: StoredReceipt) -> StoredReceipt:
+        r = receipt
+
+        def tx(conn: sqlite3.Connection) -> StoredReceipt:
+            conn.execute(
+                "INSERT INTO receipts VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (r.run_id, r.key_id, r.body, r.signature, time.time()),
+            )
+            stored = _receipt(conn, r.run_id)
+            assert stored is not None
+            return stored
+
+        return await self._write(tx)
+
+    async def get_receipt(self, run_id: str) -> StoredReceipt | None:
+        return await self._read(lambda c: _receipt(c, run_id))
+
 
 def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
     """One run's append inside a shared transaction: a savepoint keeps a refusal its own."""
@@ -810,6 +849,14 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
                 (time.time(), lease.run_id),
             )
     return None
+
+
+def _receipt(conn: sqlite3.Connection, run_id: str) -> StoredReceipt | None:
+    sql = "SELECT run_id, key_id, body, signature, created_at FROM receipts WHERE run_id = ?"
+    row = conn.execute(sql, (run_id,)).fetchone()
+    if row is None:
+        return None
+    return StoredReceipt(row[0], row[1], row[2], row[3], _time(row[4]))
 
 
 def _statements(script: str) -> list[str]:

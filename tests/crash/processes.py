@@ -24,6 +24,7 @@ class Serve:
             "LANTERN_DATABASE_URL": database_url,
             "PYTHONPATH": str(ROOT),
             "LANTERN_PORT": str(free_port()),
+            "LANTERN_DATA_DIR": str(log.parent),  # its receipt signing key
             **env,
         }
         self.out = log.open("ab")

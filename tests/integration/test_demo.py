@@ -20,3 +20,4 @@ def test_demo_crashes_resumes_and_delivers_each_once(tmp_path: Path) -> None:
     assert out.count("replayed") >= 3 and "re-run, same key" in out
     assert "Each delivery made once" in out
     assert "draft: model offline/echo (offline)" in out  # the model step, no key needed
+    assert "Receipt verified" in out

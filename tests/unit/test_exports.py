@@ -33,6 +33,7 @@ PUBLIC = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "Receipt",
     "Run",
     "ServerError",
     "StepError",

@@ -120,6 +120,20 @@ CREATE TABLE approvals (
     PRIMARY KEY (run_id, node_id)
 );
 
+CREATE TABLE signing_keys (
+    kid         text        PRIMARY KEY,
+    x           text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE receipts (
+    run_id      text        PRIMARY KEY REFERENCES runs (id),
+    key_id      text        NOT NULL REFERENCES signing_keys (kid),
+    body        text        NOT NULL,
+    signature   text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
 -- A run's usage is the sum of its journal's usage, kept in the same transaction.
 CREATE FUNCTION lantern_add_run_usage() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

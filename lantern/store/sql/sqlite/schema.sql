@@ -118,6 +118,20 @@ CREATE TABLE approvals (
     PRIMARY KEY (run_id, node_id)
 );
 
+CREATE TABLE signing_keys (
+    kid         TEXT PRIMARY KEY,
+    x           TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+
+CREATE TABLE receipts (
+    run_id      TEXT PRIMARY KEY REFERENCES runs (id),
+    key_id      TEXT NOT NULL REFERENCES signing_keys (kid),
+    body        TEXT NOT NULL,
+    signature   TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+
 -- A run's usage is the sum of its journal's usage, kept in the same transaction.
 CREATE TRIGGER journal_events_usage AFTER INSERT ON journal_events
 WHEN NEW.kind = 'step_completed' AND json_type(NEW.data, '$.usage') = 'object'
