@@ -152,3 +152,18 @@ def test_unknown_models_and_routes_fail_validation(monkeypatch: pytest.MonkeyPat
     assert "temperature must be from 0 to 2" in text and "maxTokens must be a positive" in text
     with pytest.raises(DefinitionError, match="unknown offline model 'offline/nope'"):
         parse_agent(agent("bad", model="offline/nope"))
+
+
+async def test_a_retried_model_call_carries_its_attempts_key(
+    store: Store, fake: FakeProvider
+) -> None:
+    retry = {"maxAttempts": 2, "backoffMs": 0, "retryableClasses": ["llm"]}
+    fake.fail("gpt-4o-mini", 503)
+    run = await drive(store, agent("retried", model="gpt-4o-mini", retry=retry), {"name": "Ada"})
+    assert run.status == "succeeded", run.error
+    assert fake.keys() == [idempotency_key(run.id, "draft", 1), idempotency_key(run.id, "draft", 2)]
+    events = await store.events(run.id)
+    (retrying,) = [e for e in events if e.kind == "step_retrying"]
+    assert retrying.data["attempt"] == 2 and "503" in retrying.data["error"]["message"]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.usage.model_calls == 1  # the 503 cost nothing
