@@ -11,6 +11,7 @@ one at a time, so the conversation is a pure function of the completed steps (``
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 from lantern.app import ToolContext
@@ -19,6 +20,7 @@ from lantern.engine import turns
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import LanternError, LeaseLost, StepError
 from lantern.ids import idempotency_key
@@ -33,7 +35,9 @@ from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpd
 if TYPE_CHECKING:
     from lantern.engine.runner import Runner
 
-Step = tuple[turns.CallModel | turns.CallTool, int]  # the action, and its attempt
+# The action, its attempt, and (a retry waiting out its backoff) when that attempt is due,
+# in epoch ms: it is journaled as started only then.
+Step = tuple[turns.CallModel | turns.CallTool, int, int | None]
 
 
 class Conversation:
@@ -47,6 +51,8 @@ class Conversation:
         self.writer = EventWriter(run.id)
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
+        self.retrying: dict[str, tuple[int, int]] = {}  # step -> (next attempt, due ms)
+        self.policy = RetryPolicy.of({"retry": agent.retry})
         self.final: RunUpdate | None = None
         self.cancelled = asyncio.Event()
         self.models = registry.default()
@@ -91,6 +97,7 @@ class Conversation:
         self.writer = w = EventWriter(self.run.id, state.last_seq, state.last_hash)
         self.outputs = dict(state.outputs)
         self.attempts = dict(state.attempts)
+        self.retrying = dict(state.retrying)
         if not state.started:
             events = [w.event("run_started", {"worker": self.r.worker_id})]
             update: RunUpdate | None = RunUpdate("running")
@@ -140,14 +147,34 @@ class Conversation:
                 RunUpdate("failed", error=action.error),
                 None,
             )
+        retry = self.retrying.get(action.step)
+        if retry is not None and retry[0] > self.attempts.get(action.step, 0):
+            return [], None, (action, *retry)  # a backoff the crash cut short
         if action.step in self.attempts:  # in flight at a crash: same attempt, same key
-            return [], None, (action, self.attempts[action.step])
-        self.attempts[action.step] = 1
-        kind = "llm" if isinstance(action, turns.CallModel) else "tool"
-        started = w.event("step_started", {"type": kind}, step_id=action.step, attempt=1)
-        return [started], None, (action, 1)
+            return [], None, (action, self.attempts[action.step], None)
+        return [self._started(action, 1)], None, (action, 1, None)
 
-    async def _perform(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Step | None:
+    def _started(self, action: turns.CallModel | turns.CallTool, attempt: int) -> NewEvent:
+        self.attempts[action.step] = attempt
+        kind = "llm" if isinstance(action, turns.CallModel) else "tool"
+        return self.writer.event(
+            "step_started", {"type": kind}, step_id=action.step, attempt=attempt
+        )
+
+    async def _perform(
+        self, action: turns.CallModel | turns.CallTool, attempt: int, due: int | None
+    ) -> Step | None:
+        if due is not None:  # a retry: wait out its backoff, then journal its start
+            try:
+                delay = max(0.0, due / 1000 - time.time())
+                await asyncio.wait_for(self.cancelled.wait(), delay)
+            except TimeoutError:
+                pass
+            if self.cancelled.is_set():
+                event = self.writer.event("run_cancelled", {"by": "request"})
+                await self._commit([event], RunUpdate("cancelled", error=CANCELLED))
+                return None
+            await self._commit([self._started(action, attempt)], None)
         task = asyncio.ensure_future(self._invoke(action, attempt))
         cancel = asyncio.ensure_future(self.cancelled.wait())
         try:
@@ -166,6 +193,8 @@ class Conversation:
         events: list[NewEvent]
         if exc is not None:
             assert isinstance(exc, StepError)
+            if isinstance(action, turns.CallModel) and self.policy.retries(exc, attempt):
+                return await self._retry(action, attempt, exc)
             error = {"code": "step_failed", "step": action.step, **exc.to_json()}
             events = [
                 self.writer.event(
@@ -191,6 +220,24 @@ class Conversation:
         more, end, step = self._next()
         await self._commit(events + more, end)
         return step
+
+    async def _retry(self, action: turns.CallModel, attempt: int, exc: StepError) -> Step | None:
+        """Journal the next attempt and when it is due (so the backoff survives a crash)."""
+        delay = self.policy.delay_ms(attempt)
+        due = int(time.time() * 1000) + delay
+        data = {
+            "attempt": attempt + 1,
+            "of": self.policy.max_attempts,
+            "error": exc.to_json(),
+            "delayMs": delay,
+            "dueAt": due,
+        }
+        event = self.writer.event("step_retrying", data, step_id=action.step, attempt=attempt + 1)
+        self.retrying[action.step] = (attempt + 1, due)
+        await self._commit([event], None)
+        if self.r.stopping.is_set():
+            return None
+        return action, attempt + 1, due
 
     async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
         key = idempotency_key(self.run.id, action.step, attempt)

@@ -93,10 +93,11 @@ class PlainAgent:
     temperature: float | None
     max_tokens: int | None
     budget: Mapping[str, Any] | None
+    retry: Mapping[str, Any] | None = None  # the model turns' retry policy, as a node's
 
 
 PLAIN_FIELDS = frozenset(
-    {"name", "model", "system", "tools", "maxTurns", "temperature", "maxTokens", "budget"}
+    {"name", "model", "system", "tools", "maxTurns", "temperature", "maxTokens", "budget", "retry"}
 )
 DEFAULT_MAX_TURNS = 10
 
@@ -146,6 +147,8 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
         tools = []
     elif len(set(tools)) != len(tools):
         problems.append("tools lists a tool more than once")
+    if "retry" in definition:
+        _check_retry("the agent", definition["retry"], problems)
     turns = definition.get("maxTurns", DEFAULT_MAX_TURNS)
     if not _is_int(turns) or not 1 <= turns <= 100:
         problems.append("maxTurns must be an integer from 1 to 100")
@@ -160,6 +163,7 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
         temperature=definition.get("temperature"),
         max_tokens=definition.get("maxTokens"),
         budget=definition.get("budget"),
+        retry=definition.get("retry"),
     )
 
 

@@ -317,3 +317,22 @@ async def test_router_falls_back_on_503_and_a_replay_uses_the_journaled_choice(
     assert "503" in draft["route"]["tried"][0]["error"]
     stored = await store.get_run(run.id)
     assert stored is not None and stored.output["model"] == "claude-haiku-4-5"
+
+
+async def test_a_plain_agent_killed_in_a_retry_backoff_retries_with_the_next_key(
+    store: Store, tmp_path: Path, fake: FakeProvider
+) -> None:
+    fake.script = Script(["Fine."])
+    fake.fail("gpt-4o-mini", 503)
+    retry = {"maxAttempts": 2, "backoffMs": 1000, "retryableClasses": ["llm"]}
+    await apply_agent(store, {**helper("gpt-4o-mini"), "retry": retry})
+    run = await create_run(store, "helper", "hi")
+    await crash_at(store, tmp_path, fake, "step_retrying:llm:1")
+    await finish(store, tmp_path, fake, run.id)
+    assert fake.keys() == [idempotency_key(run.id, "llm:1", 1), idempotency_key(run.id, "llm:1", 2)]
+    events = await store.events(run.id)
+    starts = [e.attempt for e in events if e.kind == "step_started" and e.step_id == "llm:1"]
+    assert starts == [1, 2]
+    (retrying,) = [e for e in events if e.kind == "step_retrying"]
+    (second,) = [e for e in events if e.kind == "step_started" and e.attempt == 2]
+    assert second.at.timestamp() * 1000 >= retrying.data["dueAt"] - 1  # the backoff held

@@ -157,3 +157,30 @@ async def test_a_plain_agent_cancelled_mid_turn_stops_there(
         "tool:1:crm.lookup",
     ]
     assert events[-1].kind == "run_cancelled"
+
+
+async def test_a_model_turn_is_retried_with_the_agents_policy_and_a_new_key(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script(["Fine."])
+    fake.fail("gpt-4o-mini", 503, 429)
+    retry = {"maxAttempts": 3, "backoffMs": 20, "retryableClasses": ["llm"]}
+    run = await drive(store, helper("gpt-4o-mini", retry=retry), "hi", [])
+    assert run.status == "succeeded", run.error
+    assert fake.keys() == [idempotency_key(run.id, "llm:1", a) for a in (1, 2, 3)]
+    events = await store.events(run.id)
+    retrying = [e for e in events if e.kind == "step_retrying"]
+    assert [e.data["attempt"] for e in retrying] == [2, 3]
+    assert all(e.data["delayMs"] >= 10 for e in retrying)
+    starts = [e.attempt for e in events if e.kind == "step_started" and e.step_id == "llm:1"]
+    assert starts == [1, 2, 3]
+    assert run.usage.model_calls == 1
+
+
+async def test_without_a_policy_a_failed_turn_fails_the_run(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.fail("gpt-4o-mini", 503)
+    run = await drive(store, helper("gpt-4o-mini"), "hi", [])
+    assert run.status == "failed" and run.error["step"] == "llm:1"
+    assert run.error["retryable"] is True and "503" in run.error["message"]
