@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
+from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.records import Append, Run, RunUpdate
 
@@ -29,6 +30,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
             w = EventWriter(run_id, state.last_seq, state.last_hash)
             event = w.event("run_cancelled", {"by": "request"})
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
+            metrics.committed((event,))
         else:
             await store.release_lease(lease)
     found = await store.get_run(run_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -35,7 +36,8 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.errors import LeaseLost, NotFound, StepError
 from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, executor_for
-from lantern.observability import metrics
+from lantern.observability import metrics, tracing
+from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -77,6 +79,13 @@ class Runner:
             raise NotFound(f"run {run_id} not found")
         if run.finished:
             return run  # re-driving a finished run invokes nothing and writes nothing
+        with tracing.drive(run, self.worker_id):
+            result = await self._drive(run, lease)
+            tracing.drive_ended(result)
+            return result
+
+    async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
+        run_id = run.id
         graph = await self._graph(run)
         drive = _Drive(self, run, graph)
         known_empty = lease is not None and run.status == "queued"
@@ -219,6 +228,7 @@ class _Drive:
                     "inFlight": state.in_flight,
                 },
             )
+            tracing.recovered(self.run.id, self.graph, state, state.recoveries + 1)
             return [recovered], None
         trigger = self.graph.trigger
         self.outputs[trigger] = self.run.input
@@ -351,15 +361,18 @@ class _Drive:
             ),
             signing_secrets=self._signing_secrets,
         )
-        task = asyncio.ensure_future(executor_for(node.type)(ctx))
+        task = asyncio.ensure_future(observed(executor_for(node.type), ctx))
         self.tasks[task] = step
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        started = time.perf_counter()
         await self.r.store.append(Append(self.lease, tuple(events), update))
+        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
         self._committed(events, update)
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         if update is not None and update.status in TERMINAL:
             self.final = update
+        metrics.committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)

@@ -18,6 +18,7 @@ from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
 from lantern.engine.worker import Worker
+from lantern.observability import tracing
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
@@ -29,6 +30,7 @@ from lantern.store.base import open_store
 def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        tracing.configure(settings.worker_id)
         store = open_store(settings.database_url)
         await store.open()
         worker = Worker(
@@ -49,6 +51,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
                 await worker.stop(grace)
                 await serving
         await store.close()
+        tracing.shutdown()  # flushes the spans still batched
 
     api = FastAPI(
         title="Lantern",
