@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -34,7 +35,7 @@ def agent(name: str, *nodes: dict[str, Any]) -> dict[str, Any]:
         "name": name,
         "graph": {
             "nodes": [{"id": "start", "type": "trigger"}, *nodes],
-            "edges": [{"source": a, "target": b} for a, b in zip(ids, ids[1:], strict=False)],
+            "edges": [{"source": a, "target": b} for a, b in pairwise(ids)],
         },
     }
 
