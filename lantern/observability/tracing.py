@@ -132,11 +132,12 @@ def resource(worker_id: str) -> Resource:
     return found
 
 
-def install(provider: TracerProvider) -> None:
-    """Trace through ``provider`` (tests and the bench install their own)."""
+def install(provider: TracerProvider | None) -> None:
+    """Trace through ``provider`` (tests and the bench install their own); None: stop tracing,
+    leaving the provider to its owner."""
     global _tracer, _provider
     _provider = provider
-    _tracer = provider.get_tracer("lantern", __version__)
+    _tracer = None if provider is None else provider.get_tracer("lantern", __version__)
 
 
 def shutdown() -> None:
