@@ -21,6 +21,15 @@ acquire and release, the journal read of the drive, the opening commit and one c
 
     .venv/bin/python bench/steps.py [--runs 200] [--concurrency 32] [--backends sqlite,postgres]
 
+``--observability`` measures instead what the hash-chained journal and tracing cost per step:
+sequential runs in four modes interleaved round by round (plain: no hashing, no tracing; hash:
+today's default; trace; hash+trace), so one run prints µs/step of each and its ratio to plain.
+Hashing is switched off by replacing the journal's canonical-JSON and SHA-256 functions in this
+process only; tracing on is an SDK tracer provider with a BatchSpanProcessor whose exporter
+drops the spans, so export (network, protobuf) is not measured but the spans, their attributes
+and the batch thread are. It also times the hash chain alone over one step's two events.
+Target (issue 8): hash chaining and tracing together add under 10% per step.
+
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL; PostgreSQL is skipped with a note when
 it does not answer. SQLite lives in a temporary directory and PostgreSQL in a fresh schema
 that is dropped at the end.
@@ -40,19 +49,27 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import psycopg
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from psycopg.conninfo import conninfo_to_dict
 
 import lantern
+from lantern.engine import chain, journal
 from lantern.engine.runner import Runner
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
+from lantern.observability import tracing
+from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.postgres import PostgresStore
 from lantern.store.sqlite import SQLiteStore
@@ -61,6 +78,7 @@ STEPS_PER_RUN = 10
 AGENT = "bench-noop-chain"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 OVERHEAD_TARGET = 2.0  # per-step overhead / one committed INSERT, sequential
+OBSERVABILITY_TARGET = 1.10  # hash+trace per step / plain per step, sequential
 PG_CONCURRENT_TARGET = 1500.0  # steps/s at 32 concurrent runs on PostgreSQL
 # About the size of one journal event's data, so the baseline writes a comparable row.
 PAYLOAD = json.dumps({"kind": "step_completed", "step": "t1", "output": None, "pad": "x" * 48})
@@ -379,6 +397,231 @@ async def bench_backend(
     ]
 
 
+# -- observability: the hash chain and tracing, on and off --------------------------------
+
+MODES = ("plain", "hash", "trace", "hash+trace")
+NO_HASH = "f" * 64
+
+
+class DropSpans(SpanExporter):
+    """Counts the spans it is handed and drops them: export cost is not what is measured."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+@contextmanager
+def observability(mode: str, provider: TracerProvider) -> Iterator[None]:
+    """Hashing and tracing as ``mode`` says, in this process, for the ``with`` block."""
+    saved = journal.canonical, journal.link
+    if "hash" not in mode:
+        journal.canonical = lambda *args, **kwargs: b""  # type: ignore[assignment]
+        journal.link = lambda previous, body: NO_HASH
+    tracing.install(provider if "trace" in mode else None)
+    try:
+        yield
+    finally:
+        journal.canonical, journal.link = saved
+        tracing.install(None)
+
+
+def chain_micros(iterations: int = 10_000, repeats: int = 5) -> float:
+    """µs of hashing for one no-op step's two events (its completion, the next one's start);
+    the least of ``repeats`` timings, the one a busy machine disturbed least."""
+    return min(_chain_once(iterations) for _ in range(repeats))
+
+
+def _chain_once(iterations: int) -> float:
+    at = datetime.now(UTC)
+    previous = chain.GENESIS
+    started = time.perf_counter()
+    for seq in range(iterations):
+        body = chain.canonical(
+            "run_0123456789abcdef01234567",
+            2 * seq,
+            "step_completed",
+            "t1",
+            "t1",
+            1,
+            at,
+            {"output": None},
+        )
+        previous = chain.link(previous, body)
+        body = chain.canonical(
+            "run_0123456789abcdef01234567",
+            2 * seq + 1,
+            "step_started",
+            "t2",
+            "t2",
+            1,
+            at,
+            {"type": "tool"},
+        )
+        previous = chain.link(previous, body)
+    return (time.perf_counter() - started) / iterations * 1e6
+
+
+async def tracing_micros(runs: int = 1_000, repeats: int = 5) -> float:
+    """µs per step that tracing adds to the engine's per-step hook alone: a drive span per
+    ``STEPS_PER_RUN`` step spans, through a BatchSpanProcessor, dropped; least of ``repeats``."""
+    exporter = DropSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    run: Any = SimpleNamespace(
+        id="run_0123456789abcdef01234567", agent_name=AGENT, agent_version=1, workspace="bench"
+    )
+    ctx: Any = SimpleNamespace(
+        run_id=run.id,
+        step_id="t1",
+        node=SimpleNamespace(type="tool"),
+        attempt=1,
+        idempotency_key="0" * 64,
+    )
+
+    async def execute(_: Any) -> None:
+        return None
+
+    async def once(on: bool) -> float:
+        tracing.install(provider if on else None)
+        started = time.perf_counter()
+        for _ in range(runs):
+            with tracing.drive(run, "bench"):
+                for _ in range(STEPS_PER_RUN):
+                    await observed(execute, ctx)
+                tracing.drive_ended(None)
+        tracing.install(None)
+        return (time.perf_counter() - started) / (runs * STEPS_PER_RUN) * 1e6
+
+    try:
+        off = min([await once(False) for _ in range(repeats)])
+        on = min([await once(True) for _ in range(repeats)])
+    finally:
+        provider.shutdown()
+    return on - off
+
+
+@dataclass
+class ObservabilityRow:
+    backend: str
+    tallies: dict[str, Tally]  # wall time
+    cpu: dict[str, Tally]  # this process's CPU time, every thread
+    spans: int
+
+
+async def bench_observability(backend: str, store: Store, sizes: Sizes) -> ObservabilityRow:
+    await store.open()
+    exporter = DropSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tallies = {mode: Tally() for mode in MODES}
+    cpu = {mode: Tally() for mode in MODES}
+    try:
+        await apply_agent(store, noop_chain(AGENT, STEPS_PER_RUN))
+        tool = NoopTool()
+        async with Worker(store, tool.app, worker_id=f"bench-{backend}", lease_ttl=600) as w:
+            runner = w.runner
+            assert runner is not None
+            for mode in MODES:  # warm-up, every mode's code path included
+                with observability(mode, provider):
+                    await drive_sequential(runner, await create_runs(store, sizes.warmup_runs, 1))
+            for k, n in enumerate(split(sizes.runs, sizes.rounds)):
+                # A different mode goes first in each round, so drift hits every mode alike.
+                order = MODES[k % len(MODES) :] + MODES[: k % len(MODES)]
+                for mode in order:
+                    ids = await create_runs(store, n, sizes.concurrency)
+                    with observability(mode, provider):
+                        before = time.process_time()
+                        await tallies[mode].time(
+                            k, n * STEPS_PER_RUN, drive_sequential(runner, ids)
+                        )
+                        spent = time.process_time() - before
+                    c = cpu[mode]
+                    c.ops += n * STEPS_PER_RUN
+                    c.seconds += spent
+                    c.rounds[k] = (n * STEPS_PER_RUN, spent)
+    finally:
+        provider.shutdown()  # exports (drops) what is still batched
+        await store.close()
+    return ObservabilityRow(backend, tallies, cpu, exporter.spans)
+
+
+def print_observability(
+    rows: Sequence[ObservabilityRow], chain_us: float, tracing_us: float
+) -> None:
+    def paired(t: Tally, base: Tally) -> float:
+        """The median over rounds of this mode's µs/step over plain's in the same round."""
+        return statistics.median(a / b for a, b in zip(t.per_round, base.per_round, strict=True))
+
+    print()
+    print("            |            wall time             |             CPU time")
+    print("backend   mode         µs/step   vs plain   median      µs/step   vs plain   median")
+    print("-" * 84)
+    for row in rows:
+        plain, plain_cpu = row.tallies["plain"], row.cpu["plain"]
+        for mode in MODES:
+            t, c = row.tallies[mode], row.cpu[mode]
+            target = ""
+            if mode == "hash+trace":
+                met = paired(t, plain) < OBSERVABILITY_TARGET
+                target = f"  target < {OBSERVABILITY_TARGET:.2f}: " + ("met" if met else "MISSED")
+            print(
+                f"{row.backend:8}  {mode:10}  {t.micros:8,.0f}  {t.micros / plain.micros:8.3f}x"
+                f"  {paired(t, plain):6.3f}x"
+                f"  {c.micros:10,.0f}  {c.micros / plain_cpu.micros:8.3f}x"
+                f"  {paired(c, plain_cpu):6.3f}x{target}"
+            )
+        print(f"{row.backend:8}  spans exported (and dropped) while tracing: {row.spans:,}")
+    print()
+    print("µs/step: per step of sequential runs over all rounds; vs plain: its ratio to plain's;")
+    print("median: the median over rounds of the ratio to plain in the same round (robust to a")
+    print("burst of load in one round; the target is judged on it). CPU: this process's CPU time,")
+    print("every thread (the span batch thread too).")
+    print()
+    print(f"hash chain alone: {chain_us:.1f} µs per step (canonical JSON + SHA-256 of its two")
+    print("events: its step_completed and the next step's step_started)")
+    print(f"tracing alone:    {tracing_us:.1f} µs per step (its span, a tenth of a drive span,")
+    print("a BatchSpanProcessor; the least disturbed of 5 timings, as for the hash chain)")
+    for row in rows:
+        plain = row.tallies["plain"].micros
+        added = chain_us + tracing_us
+        print(
+            f"{row.backend}: the two add {added:.1f} µs to plain's {plain:,.0f} µs/step wall"
+            f" = {added / plain:.1%} (target < {OBSERVABILITY_TARGET - 1:.0%})"
+        )
+
+
+async def observability_main(sizes: Sizes, backends: Sequence[str]) -> list[ObservabilityRow]:
+    rows: list[ObservabilityRow] = []
+    for backend in backends:
+        if backend == "sqlite":
+            with tempfile.TemporaryDirectory(prefix="lantern-bench-") as tmp:
+                store = SQLiteStore(f"sqlite:///{Path(tmp) / 'bench.db'}")
+                rows.append(await bench_observability("sqlite", store, sizes))
+        else:
+            url = os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL)
+            try:
+                admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            except psycopg.Error as exc:
+                print(f"postgres: skipped, {describe_pg(url)} did not answer: {exc}")
+                continue
+            schema = f"bench_{secrets.token_hex(4)}"
+            try:
+                await admin.execute(f"CREATE SCHEMA {schema}")
+                store = PostgresStore(with_search_path(url, schema))
+                rows.append(await bench_observability("postgres", store, sizes))
+            finally:
+                await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                await admin.close()
+    return rows
+
+
 # -- backends -----------------------------------------------------------------------------
 
 
@@ -524,6 +767,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")
     p.add_argument("--warmup-runs", type=int, default=5, help="sequential warm-up runs")
     p.add_argument(
+        "--observability",
+        action="store_true",
+        help="measure the hash chain and tracing: --runs sequential runs per mode, interleaved",
+    )
+    p.add_argument(
         "--backends",
         default="sqlite,postgres",
         help="comma-separated: sqlite, postgres (default both)",
@@ -559,6 +807,13 @@ async def main_async(args: argparse.Namespace) -> int:
         f" {sizes.runs} sequential runs, {sizes.concurrent_runs} runs {sizes.concurrency} at a"
         f" time, {sizes.inserts} INSERTs, in {sizes.rounds} interleaved rounds"
     )
+    if args.observability:
+        started = time.perf_counter()
+        print("hash chain and tracing: sequential runs per mode, interleaved by round")
+        rows_o = await observability_main(sizes, args.backends)
+        print_observability(rows_o, chain_micros(), await tracing_micros())
+        print(f"\ntotal {time.perf_counter() - started:.1f}s")
+        return 0
     runners = {"sqlite": run_sqlite, "postgres": run_postgres}
     rows: list[Row] = []
     started = time.perf_counter()

@@ -12,7 +12,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,6 +23,7 @@ class Hit:
     method: str
     idempotency_key: str | None
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
 
 class _Server(ThreadingHTTPServer):
@@ -51,7 +52,13 @@ class Receiver:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = raw.decode(errors="replace")
-                hit = Hit(self.path, self.command, self.headers.get("Idempotency-Key"), body)
+                hit = Hit(
+                    self.path,
+                    self.command,
+                    self.headers.get("Idempotency-Key"),
+                    body,
+                    {k.lower(): v for k, v in self.headers.items()},
+                )
                 with receiver._lock:
                     receiver.hits.append(hit)
                     count = sum(1 for h in receiver.hits if h.path == self.path)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lantern.errors import StepError
+from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.codec import value_problem
 from lantern.store.records import Delivery, Lease
@@ -56,6 +57,7 @@ class Deliveries:
         )
         receipt = await self.store.claim_delivery(self.lease, claim)
         if receipt.status == "delivered":
+            metrics.delivery(kind, "replayed")
             return receipt.response
         try:
             answer = dispatch()
@@ -64,13 +66,16 @@ class Deliveries:
         except Exception as exc:
             error = exc.to_json() if isinstance(exc, StepError) else {"message": str(exc)}
             await self.store.finish_delivery(self.lease, receipt, "failed", error)
+            metrics.delivery(kind, "failed")
             raise
         problem = value_problem(answer)
         if problem is not None:
             # It went out; what came back cannot be kept. Record that much and fail the step.
             await self.store.finish_delivery(self.lease, receipt, "delivered", None)
+            metrics.delivery(kind, "unstorable")
             raise StepError(
                 f"delivery {name!r}: its answer cannot be stored: {problem}", error_class="tool"
             )
         await self.store.finish_delivery(self.lease, receipt, "delivered", answer)
+        metrics.delivery(kind, "delivered")
         return answer

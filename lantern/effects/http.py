@@ -11,6 +11,7 @@ import httpx
 
 from lantern.effects import signing
 from lantern.errors import StepError
+from lantern.observability import tracing
 
 
 def _body_bytes(method: str, body: Any, headers: dict[str, str]) -> bytes:
@@ -48,6 +49,7 @@ async def send(
         )
     request_headers = {str(k): str(v) for k, v in headers.items()}
     request_headers["Idempotency-Key"] = idempotency_key
+    tracing.inject_headers(request_headers)  # the step's span, when tracing is on
     content = _body_bytes(method, body, request_headers)
     if signing_secrets:
         # Ours alone: a user header of the same name (any case) would travel beside it.

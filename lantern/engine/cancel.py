@@ -12,6 +12,7 @@ from contextlib import suppress
 
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
+from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.records import Append, Run, RunUpdate
 
@@ -32,6 +33,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
             w = EventWriter(run_id, state.last_seq, state.last_hash)
             event = w.event("run_cancelled", {"by": "request"})
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
+            metrics.committed((event,))
         else:
             await store.release_lease(lease)
     for child in await store.children(run_id):

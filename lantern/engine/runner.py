@@ -42,7 +42,8 @@ from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.nodes.base import WAITING_TYPES, Waiting
-from lantern.observability import metrics
+from lantern.observability import metrics, tracing
+from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -101,6 +102,13 @@ class Runner:
             raise NotFound(f"run {run_id} not found")
         if run.finished:
             return run  # re-driving a finished run invokes nothing and writes nothing
+        with tracing.drive(run, self.worker_id):
+            result = await self._drive(run, lease)
+            tracing.drive_ended(result)
+            return result
+
+    async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
+        run_id = run.id
         graph = await self._graph(run)
         drive = _new_drive(self, run, graph)
         known_empty = lease is not None and run.status == "queued"
@@ -271,6 +279,7 @@ class _Drive:
                     "inFlight": state.in_flight,
                 },
             )
+            tracing.recovered(self.run.id, self.graph, state, state.recoveries + 1)
             return [recovered], None
         trigger = self.graph.trigger
         self.outputs[trigger] = self.run.input
@@ -559,7 +568,7 @@ class _Drive:
             ),
             start_child=functools.partial(self._start_child, step, attempt),
         )
-        work = executor_for(node.type)(ctx)
+        work = observed(executor_for(node.type), ctx)
         limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
         if limit is not None:
             work = _within(work, limit, step)
@@ -586,7 +595,9 @@ class _Drive:
         return child_id
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        started = time.perf_counter()
         await self.r.store.append(Append(self.lease, tuple(events), update))
+        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
         self._committed(events, update)
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
@@ -595,6 +606,7 @@ class _Drive:
             self.r.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
+        metrics.committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
 

@@ -1,1 +1,1 @@
-"""Metrics (Prometheus) and, in their own issue, traces."""
+"""Metrics (Prometheus), traces (OpenTelemetry), and the per-step hook that feeds both."""

@@ -1,10 +1,317 @@
-"""W3C trace context on outgoing requests (a minimal version; the tracing issue extends it)."""
+"""OpenTelemetry traces: one trace per run, however many drives and replicas it takes.
+
+Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set:
+then ``lantern serve`` installs an SDK tracer provider exporting OTLP/HTTP, configured by the
+standard ``OTEL_*`` variables (headers, timeout, compression, ``OTEL_BSP_*`` batching,
+``OTEL_TRACES_SAMPLER``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` — "lantern" when
+unset). Otherwise no provider exists and every hook below returns after one ``None`` check.
+
+The design:
+
+- **Trace id from the run id**: the first 16 bytes of ``sha256(run_id)``; bytes 16..24 are the
+  span id of a synthetic *remote* parent (sampled) that every drive span is a child of. So a
+  run's first drive, and every resume on any replica after a crash, add their spans to the same
+  trace with no coordination; that parent span itself is never exported.
+- **A span per drive** ``run <agent>``: ``lantern.run_id``, ``lantern.worker_id``,
+  ``lantern.agent``, ``lantern.recovered`` (and on a resume ``lantern.recovery`` and
+  ``lantern.from_worker``), and the status the run reached when the drive ended.
+- **A span per step attempt** ``step <id>``, a child of its drive's span and *current* while
+  the step runs (so ``inject_headers`` puts it in ``traceparent``): ``lantern.run_id``,
+  ``lantern.step_id``, ``lantern.node_type``, ``lantern.attempt``, ``lantern.idempotency_key``,
+  ``lantern.replayed`` (false), token usage when the output carries ``usage`` (and
+  ``gen_ai.*`` when it names its model and provider), and an error status when it fails.
+- **Replayed steps**: a re-drive serves finished steps from the journal without invoking them;
+  each gets a zero-length span with the same attributes and ``lantern.replayed=true`` (with the
+  attempt and idempotency key the journal recorded), so a trace viewer shows every step of the
+  run on every drive, the replayed ones marked.
+
+A process killed mid-step never exports that step's span (OpenTelemetry exports ended spans);
+the re-run on the next drive has the same attempt and idempotency key.
+"""
 
 from __future__ import annotations
 
-from opentelemetry import propagate
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+
+from lantern import __version__
+from lantern.errors import StepError
+from lantern.ids import idempotency_key
+
+if TYPE_CHECKING:
+    from lantern.engine.graph import Graph
+    from lantern.engine.journal import RunState
+    from lantern.nodes.base import StepContext
+    from lantern.store.records import Run
+
+log = logging.getLogger("lantern.tracing")
+
+# The one switch every hook reads first: None means tracing is off and costs nothing.
+_tracer: trace.Tracer | None = None
+_provider: TracerProvider | None = None
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+def trace_id_for(run_id: str) -> int:
+    """The run's trace id: the first 16 bytes of sha256(run_id), as OpenTelemetry's integer."""
+    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big")
+
+
+def _root_span_id(run_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[16:24], "big")
+
+
+def run_context(run_id: str) -> otel_context.Context:
+    """A context whose (remote, sampled) parent puts a span in the run's trace."""
+    parent = SpanContext(
+        trace_id=trace_id_for(run_id),
+        span_id=_root_span_id(run_id),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+# -- set-up --------------------------------------------------------------------------------
+
+
+def configure(worker_id: str, env: Mapping[str, str] | None = None) -> bool:
+    """Install OTLP/HTTP export when the standard endpoint variable asks for it."""
+    e = os.environ if env is None else env
+    if not (e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return False
+    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    # Imported here: the exporter (and protobuf) load only in processes that export.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=resource(worker_id))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    install(provider)
+    # Global too, so spans a user's tool makes nest under its step's span.
+    trace.set_tracer_provider(provider)
+    log.info(
+        "tracing: exporting OTLP/HTTP spans (service %s)",
+        provider.resource.attributes.get("service.name"),
+    )
+    return True
+
+
+def resource(worker_id: str) -> Resource:
+    """``service.name`` lantern unless OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES name one."""
+    found = Resource.create(
+        {
+            "service.instance.id": worker_id,
+            "service.version": __version__,
+            "process.pid": os.getpid(),
+        }
+    )
+    if str(found.attributes.get("service.name", "")).startswith("unknown_service"):
+        found = found.merge(Resource({"service.name": "lantern"}))
+    return found
+
+
+def install(provider: TracerProvider | None) -> None:
+    """Trace through ``provider`` (tests and the bench install their own); None: stop tracing,
+    leaving the provider to its owner."""
+    global _tracer, _provider
+    _provider = provider
+    _tracer = None if provider is None else provider.get_tracer("lantern", __version__)
+
+
+def shutdown() -> None:
+    """Flush what is buffered and stop; tracing is off afterwards."""
+    global _tracer, _provider
+    provider, _provider, _tracer = _provider, None, None
+    if provider is not None:
+        provider.shutdown()
+
+
+# -- drives --------------------------------------------------------------------------------
+
+
+@contextmanager
+def drive(run: Run, worker_id: str) -> Iterator[None]:
+    """The span of one drive of ``run``, current for the drive (so its steps are children)."""
+    tracer = _tracer
+    if tracer is None:
+        yield
+        return
+    with tracer.start_as_current_span(
+        f"run {run.agent_name}",
+        context=run_context(run.id),
+        attributes={
+            "lantern.run_id": run.id,
+            "lantern.worker_id": worker_id,
+            "lantern.agent": run.agent_name,
+            "lantern.agent_version": run.agent_version,
+            "lantern.workspace": run.workspace,
+            "lantern.recovered": False,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+def drive_ended(result: Run | None) -> None:
+    """What the drive came to: the run's status, or that another worker has it."""
+    if _tracer is None:
+        return
+    span = trace.get_current_span()
+    if result is None:
+        span.set_attribute("lantern.run_status", "not_held")
+        return
+    span.set_attribute("lantern.run_status", result.status)
+    if result.status == "failed":
+        span.set_status(Status(StatusCode.ERROR, _message(result.error)))
+
+
+def recovered(run_id: str, graph: Graph, state: RunState, attempt: int) -> None:
+    """Mark the current drive a resume and give each step served from the journal its span."""
+    tracer = _tracer
+    if tracer is None:
+        return
+    span = trace.get_current_span()
+    span.set_attribute("lantern.recovered", True)
+    span.set_attribute("lantern.recovery", attempt)
+    if state.worker:
+        span.set_attribute("lantern.from_worker", state.worker)
+    now = time.time_ns()
+    for step_id in sorted(state.outputs):
+        node = graph.nodes.get(step_id)
+        step_attempt = state.attempts.get(step_id, 1)
+        replay = tracer.start_span(
+            f"step {step_id}",
+            attributes={
+                "lantern.run_id": run_id,
+                "lantern.step_id": step_id,
+                "lantern.node_type": node.type if node is not None else "unknown",
+                "lantern.attempt": step_attempt,
+                "lantern.idempotency_key": idempotency_key(run_id, step_id, step_attempt),
+                "lantern.replayed": True,
+            },
+            start_time=now,
+        )
+        replay.end(end_time=now)
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+class StepSpan:
+    """The span of one step attempt, current in the step's task from start to end."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, tracer: trace.Tracer, ctx: StepContext) -> None:
+        self._span = tracer.start_span(
+            f"step {ctx.step_id}",
+            attributes={
+                "lantern.run_id": ctx.run_id,
+                "lantern.step_id": ctx.step_id,
+                "lantern.node_type": ctx.node.type,
+                "lantern.attempt": ctx.attempt,
+                "lantern.idempotency_key": ctx.idempotency_key,
+                "lantern.replayed": False,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def succeeded(self, output: Any) -> None:
+        usage = output.get("usage") if isinstance(output, dict) else None
+        if isinstance(usage, dict):
+            self._span.set_attributes(usage_attributes(output, usage))
+        self._end()
+
+    def failed(self, exc: BaseException) -> None:
+        span = self._span
+        if isinstance(exc, StepError):
+            span.set_attribute("lantern.error_class", exc.error_class)
+            span.set_attribute("lantern.retryable", exc.retryable)
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        else:  # cancelled: a clean stop or a cancellation request, not the step's fault
+            span.set_attribute("lantern.cancelled", True)
+        self._end()
+
+    def _end(self) -> None:
+        otel_context.detach(self._token)
+        self._span.end()
+
+
+def start_step(ctx: StepContext) -> StepSpan | None:
+    tracer = _tracer
+    return None if tracer is None else StepSpan(tracer, ctx)
+
+
+def usage_attributes(output: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+    """Token usage as span attributes: Lantern's names, and the GenAI conventions' too."""
+    found: dict[str, Any] = {}
+    for key, name, gen_ai in (
+        ("inputTokens", "lantern.usage.input_tokens", "gen_ai.usage.input_tokens"),
+        ("outputTokens", "lantern.usage.output_tokens", "gen_ai.usage.output_tokens"),
+    ):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            found[name] = found[gen_ai] = value
+    cost = usage.get("costUsd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        found["lantern.usage.cost_usd"] = float(cost)
+    if isinstance(output.get("model"), str):
+        found["gen_ai.request.model"] = output["model"]
+    if isinstance(output.get("provider"), str):
+        found["gen_ai.system"] = output["provider"]
+    return found
 
 
 def inject_headers(headers: dict[str, str]) -> None:
-    """Add ``traceparent``/``tracestate`` for the current span, if any, to ``headers``."""
-    propagate.inject(headers)
+    """Add the current span's W3C ``traceparent`` (and ``tracestate``) to outgoing headers.
+
+    Ours replaces a header of the same name in any case, so a request carries one.
+    """
+    if _tracer is None:
+        return
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    if not carrier:
+        return
+    names = {k.lower() for k in carrier}
+    for name in [k for k in headers if k.lower() in names]:
+        del headers[name]
+    headers.update(carrier)
+
+
+def _message(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code") or "failed")
+    return "failed"

@@ -18,6 +18,7 @@ from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
 from lantern.engine.worker import Worker
+from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
 from lantern.server import problems
 from lantern.server.deps import Services
@@ -30,6 +31,7 @@ from lantern.store.base import open_store
 def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        tracing.configure(settings.worker_id)
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
@@ -52,6 +54,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
                 await worker.stop(grace)
                 await serving
         await store.close()
+        tracing.shutdown()  # flushes the spans still batched
 
     api = FastAPI(
         title="Lantern",

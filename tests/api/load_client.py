@@ -24,14 +24,22 @@ import httpx
 
 async def create(http: httpx.AsyncClient, entry: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"idempotencyKey": entry["idempotencyKey"], "sent": time.monotonic()}
-    try:
-        response = await http.post(
-            "/v1/runs",
-            json={"agentName": entry["agentName"], "input": entry["input"]},
-            headers={"Idempotency-Key": entry["idempotencyKey"]},
-        )
-    except httpx.HTTPError as exc:
-        return {**result, "status": None, "error": f"{type(exc).__name__}: {exc}"}
+    for tries in (1, 2):
+        try:
+            response = await http.post(
+                "/v1/runs",
+                json={"agentName": entry["agentName"], "input": entry["input"]},
+                headers={"Idempotency-Key": entry["idempotencyKey"]},
+            )
+            break
+        except httpx.TransportError as exc:
+            # A kept-alive connection the server closed while this process waited at the
+            # barrier (uvicorn's 5 s keep-alive on a loaded machine): retry once, as any
+            # client with an Idempotency-Key may; the key makes the retry safe.
+            if tries == 2:
+                return {**result, "status": None, "error": f"{type(exc).__name__}: {exc}"}
+        except httpx.HTTPError as exc:
+            return {**result, "status": None, "error": f"{type(exc).__name__}: {exc}"}
     result["answered"] = time.monotonic()
     result["status"] = response.status_code
     if response.status_code == 202:

@@ -155,8 +155,16 @@ async def test_a_provider_request_carries_the_current_trace(fake: FakeProvider, 
         deliveries=None,  # type: ignore[arg-type]
         signing_secrets=None,  # type: ignore[arg-type]
     )
-    with trace.use_span(span):
-        await ai_step.execute(ctx)
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from lantern.observability import tracing
+
+    tracing.install(TracerProvider())  # what lantern serve does when OTLP export is set
+    try:
+        with trace.use_span(span):
+            await ai_step.execute(ctx)
+    finally:
+        tracing.shutdown()
     (request,) = fake.calls()
     assert request.headers["traceparent"] == (
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
