@@ -388,7 +388,7 @@ class _Drive:
                     # JSON (the hash chain) refuses what JSON cannot carry exactly, such as
                     # integers beyond 2^53.
                     output = json.loads(body)
-                    usage = spend.step_usage(self.graph.nodes[step], output)
+                    usage = spend.step_usage(self.graph, step, output)
                     events.append(self.writer.completed(step, attempt, output, body, usage=usage))
                     self.outputs[step] = output
                     return None

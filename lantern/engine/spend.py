@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lantern.engine.graph import Graph, Node
+from lantern.engine.graph import Graph
 from lantern.models.budget import Budget, Gate, spent_in, workspace_budgets
 from lantern.models.call import journal_usage
 from lantern.store.base import Store
@@ -37,15 +37,21 @@ def gate(
     )
 
 
+def _is_model_step(graph: Graph, step: str) -> bool:
+    # Not every step is a node: an anomaly's pause is an implicit approval step.
+    node = graph.nodes.get(step)
+    return node is not None and node.type in MODEL_NODES
+
+
 def of_graph(graph: Graph, outputs: Mapping[str, Any]) -> RunUsage:
     """The completed model steps' usage (what the journal holds, folded)."""
     return spent_in(
         out.get("usage")
         for step, out in outputs.items()
-        if isinstance(out, dict) and graph.nodes[step].type in MODEL_NODES
+        if isinstance(out, dict) and _is_model_step(graph, step)
     )
 
 
-def step_usage(node: Node, output: Any) -> dict[str, Any] | None:
+def step_usage(graph: Graph, step: str, output: Any) -> dict[str, Any] | None:
     """The usage a step's ``step_completed`` carries (model steps only)."""
-    return journal_usage(output) if node.type in MODEL_NODES else None
+    return journal_usage(output) if _is_model_step(graph, step) else None
