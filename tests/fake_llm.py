@@ -63,6 +63,8 @@ def _last_user_text(api: str, body: dict[str, Any]) -> str:
 class FakeProvider:
     script: Script = field(default_factory=Script)
     echo: bool = False  # answer with the last user message instead of the script
+    # a request whose last user message starts with a key gets its value (a rating, say)
+    replies: dict[str, str] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     failures: dict[str, list[int]] = field(default_factory=dict)  # model -> statuses to answer
     _answers: dict[str, tuple[int, bytes]] = field(default_factory=dict)
@@ -175,8 +177,12 @@ class FakeProvider:
             if api == "anthropic":
                 error["type"] = "error"
             return failure, json.dumps(error).encode()
+        last = _last_user_text(api, request.body)
+        reply = next((r for prefix, r in self.replies.items() if last.startswith(prefix)), None)
         answer = (
-            _last_user_text(api, request.body)
+            reply
+            if reply is not None
+            else last
             if self.echo
             else self.script.answer(_assistant_turns(api, request.body))
         )

@@ -336,6 +336,24 @@ def _check_ai_step(where: str, data: dict[str, Any], problems: list[str]) -> Non
         problems.append(f"{where}: an ai-step needs data.prompt, a string (templates allowed)")
     if data.get("responseFormat", "text") not in ("text", "json"):
         problems.append(f"{where}: data.responseFormat must be 'text' or 'json'")
+    if "confidence" in data:
+        _check_confidence(where, data["confidence"], problems)
+
+
+def _check_confidence(where: str, conf: Any, problems: list[str]) -> None:
+    if not isinstance(conf, dict):
+        problems.append(f"{where}: data.confidence must be an object with a threshold")
+        return
+    threshold = conf.get("threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        problems.append(f"{where}: data.confidence.threshold must be a number from 0 to 1")
+    elif not 0 <= threshold <= 1:
+        problems.append(f"{where}: data.confidence.threshold must be a number from 0 to 1")
+    evaluator = conf.get("evaluator", "self")
+    if not isinstance(evaluator, str) or not (
+        evaluator == "self" or (evaluator.startswith("tool:") and len(evaluator) > 5)
+    ):
+        problems.append(f"{where}: data.confidence.evaluator must be 'self' or 'tool:NAME'")
 
 
 def _check_http(where: str, data: dict[str, Any], problems: list[str]) -> None:

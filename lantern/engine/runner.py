@@ -41,7 +41,7 @@ from lantern.engine.runs import create_run
 from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
-from lantern.nodes.base import WAITING_TYPES, Waiting
+from lantern.nodes.base import WAITING_TYPES, Noted, Waiting
 from lantern.observability import metrics, tracing
 from lantern.observability.steps import observed
 from lantern.store.base import Store
@@ -373,6 +373,10 @@ class _Drive:
     ) -> tuple[str, StepError] | None:
         """Journal how a step attempt ended; the failure that ends the run, if it does."""
         attempt = self.attempts[step]
+        if isinstance(outcome, Noted):
+            for kind, data in outcome.notes:
+                events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
+            outcome = outcome.value
         if isinstance(outcome, Waiting):
             events.append(
                 self.writer.event("step_waiting", outcome.data, step_id=step, attempt=attempt)

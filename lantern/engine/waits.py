@@ -37,7 +37,7 @@ async def resolved(
                 answer = {"decision": decision, "by": "timeout", "comment": None}
             else:
                 continue
-            found.append((step, answer, _approval_outcome(graph, step, answer)))
+            found.append((step, answer, _approval_outcome(graph, step, answer, wait)))
         elif wait.get("kind") == "subagent":
             child = await store.get_run(wait["childRunId"])
             if child is None or not child.finished:
@@ -56,8 +56,11 @@ async def resolved(
     return found
 
 
-def _approval_outcome(graph: Graph, step: str, answer: dict[str, Any]) -> Any:
-    """The approval's output; a rejection fails the step unless an edge is taken on it."""
+def _approval_outcome(
+    graph: Graph, step: str, answer: dict[str, Any], wait: Mapping[str, Any]
+) -> Any:
+    """The approval's output; a rejection fails the step unless an edge is taken on it. An
+    implicit approval (a confidence gate) answers with the output it held back."""
     rejected_edge = any(
         graph.conditions.get((step, t)) == "rejected" for t in graph.successors.get(step, ())
     )
@@ -66,7 +69,7 @@ def _approval_outcome(graph: Graph, step: str, answer: dict[str, Any]) -> Any:
         return StepError(
             f"approval {step!r} was rejected by {answer['by']}{why}", error_class="tool"
         )
-    return answer
+    return wait.get("output", answer)
 
 
 def wake_at(waiting: Mapping[str, Mapping[str, Any]]) -> datetime | None:

@@ -81,5 +81,5 @@ def journal_usage(output: Any) -> dict[str, Any] | None:
         "inputTokens": int(u.get("inputTokens") or 0),
         "outputTokens": int(u.get("outputTokens") or 0),
         "costUsd": float(u.get("costUsd") or 0.0),
-        "modelCalls": 1,
+        "modelCalls": int(u.get("modelCalls") or 1),  # 2 with a confidence self-rating
     }

@@ -13,6 +13,7 @@ from typing import Any
 from lantern.errors import StepError
 from lantern.models.call import call
 from lantern.models.records import Message, ModelRequest
+from lantern.nodes import confidence
 from lantern.nodes.base import StepContext
 
 
@@ -42,6 +43,8 @@ async def execute(ctx: StepContext) -> Any:
                 error_class="llm",
                 retryable=True,
             ) from exc
+    if "confidence" in data:
+        return await confidence.gate(ctx, _text(prompt), output)
     return output
 
 

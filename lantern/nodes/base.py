@@ -48,6 +48,15 @@ class StepContext:
 
 
 @dataclass(frozen=True)
+class Noted:
+    """A step's answer (an output or a ``Waiting``) with events to journal before it, such
+    as ``confidence_evaluated``."""
+
+    value: Any
+    notes: tuple[tuple[str, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True)
 class Waiting:
     """A step's answer when it parks the run: journaled as ``step_waiting`` with ``data``
     (``kind`` approval or subagent), and resolved later by a decision or a finished child."""

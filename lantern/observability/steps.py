@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from lantern.nodes.base import Noted
 from lantern.observability import metrics, tracing
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ async def observed(execute: NodeExecutor, ctx: StepContext) -> Any:
             span.failed(exc)
         raise
     metrics.step_duration(ctx.node.type, time.perf_counter() - started)
-    metrics.model_usage(output)
+    answer = output.value if isinstance(output, Noted) else output  # a gated answer
+    metrics.model_usage(answer)
     if span is not None:
-        span.succeeded(output)
+        span.succeeded(answer)
     return output
