@@ -121,7 +121,7 @@ class Detector:
                 self.raised.add(e.data.get("kind", ""))
             elif e.kind == "step_started" and e.step_id:
                 self.steps += 1
-                self.starts[_signature(e.step_id, e.data)] += 1
+                self.starts[signature(e.step_id, e.data)] += 1
             elif e.kind == "step_retrying":
                 self.retries += 1
 
@@ -171,7 +171,7 @@ class Detector:
             found.append(Anomaly(kind, detail, self.limits[kind]["policy"]))
 
 
-def _signature(step: str, data: Mapping[str, Any]) -> str:
+def signature(step: str, data: Mapping[str, Any]) -> str:
     """A tool call is the same call when its name and arguments are; otherwise the node."""
     call = data.get("call")
     if isinstance(call, dict):

@@ -11,12 +11,14 @@ one at a time, so the conversation is a pure function of the completed steps (``
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
 from lantern.app import ToolContext
 from lantern.effects.claims import Deliveries
 from lantern.engine import turns
+from lantern.engine.anomalies import Detector, signature
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import EventWriter, RunState, fold
@@ -58,6 +60,16 @@ class Conversation:
         self.models = registry.default()
         self._begun: Step | None = None
         self._opened = False
+        # A plain agent has no graph to pause at: a "pause" policy is recorded, not applied.
+        self.detector = Detector(
+            run.workspace,
+            {
+                k: {**v, "policy": "fail" if v["policy"] == "fail" else "record"}
+                for k, v in agent.anomalies.items()
+            },
+            runner.retry_rates,
+            functools.partial(runner.baseline, run.workspace, run.agent_name),
+        )
         if run.cancel_requested:
             self.cancelled.set()
 
@@ -77,7 +89,9 @@ class Conversation:
         step = self._begun
         if not self._opened:
             if state is None:
-                state = fold(await self.r.store.events(self.run.id, blobs=True))
+                journal = await self.r.store.events(self.run.id, blobs=True)
+                state = fold(journal)
+                self.detector.replay(journal)
             if state.terminal is not None:
                 return
             if self.cancelled.is_set():
@@ -156,9 +170,8 @@ class Conversation:
 
     def _started(self, action: turns.CallModel | turns.CallTool, attempt: int) -> NewEvent:
         self.attempts[action.step] = attempt
-        kind = "llm" if isinstance(action, turns.CallModel) else "tool"
         return self.writer.event(
-            "step_started", {"type": kind}, step_id=action.step, attempt=attempt
+            "step_started", _start_data(action), step_id=action.step, attempt=attempt
         )
 
     async def _perform(
@@ -217,9 +230,37 @@ class Conversation:
         if self.r.stopping.is_set():  # a clean stop: journal what finished, start nothing
             await self._commit(events, None)
             return None
+        failed = await self._anomalies(events)
+        if failed is not None:
+            await self._commit(events, failed)
+            return None
         more, end, step = self._next()
         await self._commit(events + more, end)
         return step
+
+    async def _anomalies(self, events: list[NewEvent]) -> RunUpdate | None:
+        """Journal the anomalies these events and the next step raise (into ``events``);
+        the run's failure when one's policy is ``fail``."""
+        action = turns.next_action(self.agent, self.outputs)
+        starting = []
+        if (
+            isinstance(action, turns.CallModel | turns.CallTool)
+            and action.step not in self.attempts
+        ):
+            starting = [signature(action.step, _start_data(action))]
+        update = None
+        for a in await self.detector.check(events, starting):
+            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
+            events.append(self.writer.event("anomaly_detected", data))
+            if a.policy == "fail" and update is None:
+                error = {
+                    "code": "anomaly_detected",
+                    "kind": a.kind,
+                    "message": f"anomaly {a.kind} ({a.detail}) fails the run by its policy",
+                }
+                events.append(self.writer.event("run_failed", {"error": error}))
+                update = RunUpdate("failed", error=error)
+        return update
 
     async def _retry(self, action: turns.CallModel, attempt: int, exc: StepError) -> Step | None:
         """Journal the next attempt and when it is due (so the backoff survives a crash)."""
@@ -313,7 +354,15 @@ class Conversation:
         self._committed(events, update)
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        self.detector.replay(events)
         if update is not None and update.status in TERMINAL:
             self.final = update
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
+
+
+def _start_data(action: turns.CallModel | turns.CallTool) -> dict[str, Any]:
+    """A tool call's start names the call, so a loop of the same call shows (runaway_loop)."""
+    if isinstance(action, turns.CallModel):
+        return {"type": "llm"}
+    return {"type": "tool", "call": {"tool": action.tool, "args": dict(action.call.arguments)}}

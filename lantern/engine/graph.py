@@ -94,10 +94,24 @@ class PlainAgent:
     max_tokens: int | None
     budget: Mapping[str, Any] | None
     retry: Mapping[str, Any] | None = None  # the model turns' retry policy, as a node's
+    anomalies: Mapping[str, dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: anomalies.settings({})
+    )
 
 
 PLAIN_FIELDS = frozenset(
-    {"name", "model", "system", "tools", "maxTurns", "temperature", "maxTokens", "budget", "retry"}
+    {
+        "name",
+        "model",
+        "system",
+        "tools",
+        "maxTurns",
+        "temperature",
+        "maxTokens",
+        "budget",
+        "retry",
+        "anomalies",
+    }
 )
 DEFAULT_MAX_TURNS = 10
 
@@ -114,6 +128,8 @@ def parse_agent(definition: Any) -> Graph | PlainAgent:
         )
     if "budget" in definition:
         problems += budget_problems("the agent", definition["budget"])
+    if "anomalies" in definition:
+        anomalies.check_config(definition["anomalies"], problems)
     graph = definition.get("graph")
     if graph is None:
         if "model" in definition:
@@ -122,8 +138,6 @@ def parse_agent(definition: Any) -> Graph | PlainAgent:
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
         raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
-    if "anomalies" in definition:
-        anomalies.check_config(definition["anomalies"], problems)
     result = _parse_graph(str(name), graph, problems)
     if problems:
         raise DefinitionError(problems)
@@ -164,6 +178,7 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
         max_tokens=definition.get("maxTokens"),
         budget=definition.get("budget"),
         retry=definition.get("retry"),
+        anomalies=anomalies.settings(definition),
     )
 
 

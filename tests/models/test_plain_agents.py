@@ -184,3 +184,25 @@ async def test_without_a_policy_a_failed_turn_fails_the_run(
     run = await drive(store, helper("gpt-4o-mini"), "hi", [])
     assert run.status == "failed" and run.error["step"] == "llm:1"
     assert run.error["retryable"] is True and "503" in run.error["message"]
+
+
+async def test_the_same_tool_call_over_and_over_is_a_runaway_loop(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script([[("crm_lookup", {"id": "c-1"})]])  # every turn: the same call
+    calls: list[str] = []
+    definition = helper("gpt-4o-mini", anomalies={"runaway_loop": {"repeats": 3, "policy": "fail"}})
+    run = await drive(store, definition, "Who is c-1?", calls)
+    assert run.status == "failed"
+    assert run.error["code"] == "anomaly_detected" and run.error["kind"] == "runaway_loop"
+    assert len(calls) == 3  # the fourth identical call never started
+    found = [e.data for e in await store.events(run.id) if e.kind == "anomaly_detected"]
+    assert [f["kind"] for f in found] == ["runaway_loop"]
+    assert found[0]["detail"]["started"] == 4
+
+
+async def test_a_normal_plain_agent_raises_no_anomaly(store: Store, fake: FakeProvider) -> None:
+    fake.script = Script([[("crm_lookup", {"id": "c-1"})], "Ada."])
+    run = await drive(store, helper("gpt-4o-mini"), "Who is c-1?", [])
+    assert run.status == "succeeded"
+    assert not [e for e in await store.events(run.id) if e.kind == "anomaly_detected"]
