@@ -216,6 +216,24 @@ class AsyncClient:
         path = f"/v1/runs/{_seg(run_id)}/cancel"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
 
+    async def decide(
+        self,
+        run_id: str,
+        node_id: str,
+        decision: Literal["approve", "reject"],
+        comment: str | None = None,
+    ) -> dict[str, Any]:
+        """Approve or reject a run parked at an approval (or a confidence gate or an
+        anomaly's pause, named ``anomaly:<kind>``); the run resumes on whichever replica
+        claims it. A second decision, or one at a node that is not waiting, raises
+        ``ConflictError``."""
+        path = f"/v1/runs/{_seg(run_id)}/approvals/{_seg(node_id)}"
+        body = {"decision": decision, "comment": comment}
+        answer = await self._send("POST", path, json=body, safe=False)
+        if not isinstance(answer, dict):
+            raise InvalidResponse(f"unexpected answer to a decision: {answer!r}")
+        return answer
+
     async def receipt(self, run_id: str) -> Receipt:
         """The finished run's signed receipt (``ConflictError`` while it is unfinished)."""
         data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/receipt")

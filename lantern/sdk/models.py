@@ -61,6 +61,8 @@ class Run:
     updated_at: datetime
     usage: Usage = field(default_factory=Usage)
     cancel_requested: bool = False
+    parent_run_id: str | None = None  # the run whose subagent step started this one
+    children: tuple[str, ...] = ()  # runs its subagent steps started (on get_run only)
 
     @property
     def finished(self) -> bool:
@@ -81,6 +83,8 @@ class Run:
             updated_at=parse_time(data["updatedAt"]),
             usage=Usage.from_json(data.get("usage")),
             cancel_requested=bool(data.get("cancelRequested", False)),
+            parent_run_id=data.get("parentRunId"),
+            children=tuple(data.get("children") or ()),
         )
 
 

@@ -480,6 +480,52 @@ async def test_cancel_a_running_run(api_server: Server, key: str, receiver: Rece
             await client.cancel(run.id)  # already finished
 
 
+async def test_decide_at_an_approval_and_see_a_runs_children(api_server: Server, key: str) -> None:
+    noop = {"tool": "noop", "args": {"n": "{{ input.n }}"}}
+    child = {
+        "name": "kid",
+        "graph": {
+            "nodes": [
+                {"id": "start", "type": "trigger"},
+                {"id": "t", "type": "tool", "data": noop},
+            ],
+            "edges": [{"source": "start", "target": "t"}],
+        },
+    }
+    parent = {
+        "name": "gated",
+        "graph": {
+            "nodes": [
+                {"id": "start", "type": "trigger"},
+                {"id": "ok", "type": "approval", "data": {"prompt": "Go?"}},
+                {
+                    "id": "sub",
+                    "type": "subagent",
+                    "data": {"agentName": "kid", "input": "{{ input }}"},
+                },
+            ],
+            "edges": [{"source": "start", "target": "ok"}, {"source": "ok", "target": "sub"}],
+        },
+    }
+    async with AsyncClient(api_server.url, key) as client:
+        await client.apply_agent(child)
+        await client.apply_agent(parent)
+        run = await client.create_run("gated", {"n": 5})
+        for _ in range(400):
+            if (await client.get_run(run.id)).status == "waiting":
+                break
+            await asyncio.sleep(0.05)
+        decided = await client.decide(run.id, "ok", "approve", "looks right")
+        assert decided["decision"] == "approved" and decided["comment"] == "looks right"
+        with pytest.raises(ConflictError):
+            await client.decide(run.id, "ok", "reject")
+        done = await client.wait(run.id, timeout=20)
+        assert done.status == "succeeded" and done.output == {"n": 5}
+        assert len(done.children) == 1
+        kid = await client.get_run(done.children[0])
+        assert kid.parent_run_id == run.id and kid.agent_name == "kid"
+
+
 async def test_errors_carry_the_problem(
     api_server: Server, key: str, reader_key: str, outsider_key: str
 ) -> None:
