@@ -56,7 +56,13 @@ class Run(Protocol):
 
 
 BAR_WIDTH = 32
-_STYLE = {"completed": "green", "failed": "red", "in flight": "yellow", "retried": "magenta"}
+_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "in flight": "yellow",
+    "retried": "magenta",
+    "waiting": "blue",
+}
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,9 @@ class StepRow:
     node_type: str
     start: float  # seconds from run_started
     duration: float | None  # None while in flight
-    status: str  # completed | failed | retried (failed, another attempt follows) | in flight
+    status: (
+        str  # completed | failed | retried (failed, another attempt follows) | waiting | in flight
+    )
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
     rerun: bool = False  # in flight at a crash, so executed again with the same key
@@ -96,6 +104,9 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
                 models[e.step_id] = f"{output.get('model')} ({output['provider']})"
         elif e.kind == "step_retrying" and e.step_id:
             ended[(e.step_id, int(e.data.get("attempt", 2)) - 1)] = (e.at, "retried")
+        elif e.kind == "step_waiting" and e.step_id:
+            # Parked at an approval or on a sub-agent; its completion later replaces this.
+            ended[(e.step_id, e.attempt or 1)] = (e.at, "waiting")
         elif e.kind == "run_recovered":
             replayed.update(e.data.get("replayed", []))
             rerun.update(e.data.get("inFlight", []))

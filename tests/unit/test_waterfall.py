@@ -195,3 +195,16 @@ def test_each_attempt_of_a_retried_step_has_its_own_row() -> None:
         ("call", 1, "retried", 0.02),
         ("call", 2, "completed", 0.02),
     ]
+
+
+def test_a_step_parked_at_an_approval_reads_waiting_until_it_completes() -> None:
+    j = Journal()
+    j.add(0, "run_started").add(0, "step_started", {"type": "trigger"}, "start", 1)
+    j.add(0, "step_completed", {"output": {}}, "start", 1)
+    j.add(5, "step_started", {"type": "approval"}, "ok", 1)
+    j.add(6, "step_waiting", {"kind": "approval", "prompt": "Go?"}, "ok", 1)
+    assert [(r.step_id, r.status) for r in step_rows(j.events)][-1] == ("ok", "waiting")
+    j.add(9000, "step_resumed", {"decision": "approved"}, "ok", 1)
+    j.add(9000, "step_completed", {"output": {"decision": "approved"}}, "ok", 1)
+    row = step_rows(j.events)[-1]
+    assert (row.status, row.duration) == ("completed", 8.995)
