@@ -21,7 +21,7 @@ from lantern.engine import turns
 from lantern.engine.anomalies import Detector, signature
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import PlainAgent
-from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import LanternError, LeaseLost, StepError
@@ -117,31 +117,12 @@ class Conversation:
             update: RunUpdate | None = RunUpdate("running")
         else:
             metrics.RECOVERIES.inc()
-            if state.recoveries >= self.r.max_recoveries:
-                error = {
-                    "code": "recovery_exhausted",
-                    "message": f"the run was recovered {state.recoveries} times; giving up",
-                    "recoveries": state.recoveries,
-                }
-                return (
-                    [w.event("run_failed", {"error": error})],
-                    RunUpdate("failed", error=error),
-                    None,
-                )
-            events = [
-                w.event(
-                    "run_recovered",
-                    {
-                        "fromWorker": state.worker,
-                        "toWorker": self.r.worker_id,
-                        "epoch": self.lease.epoch,
-                        "attempt": state.recoveries + 1,
-                        "replayed": sorted(state.outputs),
-                        "inFlight": state.in_flight,
-                    },
-                )
-            ]
-            update = None
+            event, failed = recovery(
+                w, state, self.r.worker_id, self.lease.epoch, self.r.max_recoveries
+            )
+            if failed is not None:
+                return [event], failed, None
+            events, update = [event], None
         more, end, step = self._next()
         return events + more, end or update, step
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lantern.engine.chain import GENESIS, canonical, link
 from lantern.store.codec import dumps
-from lantern.store.records import Blob, Event, NewEvent
+from lantern.store.records import Blob, Event, NewEvent, RunUpdate
 
 INLINE_LIMIT = 16 * 1024
 TERMINAL_KINDS = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
@@ -155,3 +155,27 @@ class EventWriter:
             attempt=attempt,
         )
         return replace(event, blob=Blob(digest, body))
+
+
+def recovery(
+    writer: EventWriter, state: RunState, worker_id: str, epoch: int, max_recoveries: int
+) -> tuple[NewEvent, RunUpdate | None]:
+    """How a re-drive after a crash or a lost executor opens: ``run_recovered``, or, for a
+    run that keeps killing its executors, ``run_failed`` with ``recovery_exhausted`` (it must
+    not take the fleet down forever)."""
+    if state.recoveries >= max_recoveries:
+        error = {
+            "code": "recovery_exhausted",
+            "message": f"the run was recovered {state.recoveries} times; giving up",
+            "recoveries": state.recoveries,
+        }
+        return writer.event("run_failed", {"error": error}), RunUpdate("failed", error=error)
+    recovered = {
+        "fromWorker": state.worker,
+        "toWorker": worker_id,
+        "epoch": epoch,
+        "attempt": state.recoveries + 1,
+        "replayed": sorted(state.outputs),
+        "inFlight": state.in_flight,
+    }
+    return writer.event("run_recovered", recovered), None

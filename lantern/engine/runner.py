@@ -34,7 +34,7 @@ from lantern.engine.anomalies import Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
-from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
@@ -260,27 +260,12 @@ class _Drive:
             return [w.event("run_resumed", {"worker": self.r.worker_id})], RunUpdate("running")
         if state.started:
             metrics.RECOVERIES.inc()
-            if state.recoveries >= self.r.max_recoveries:
-                # A run that keeps killing its executor must not take the fleet down forever.
-                error = {
-                    "code": "recovery_exhausted",
-                    "message": f"the run was recovered {state.recoveries} times; giving up",
-                    "recoveries": state.recoveries,
-                }
-                return [w.event("run_failed", {"error": error})], RunUpdate("failed", error=error)
-            recovered = w.event(
-                "run_recovered",
-                {
-                    "fromWorker": state.worker,
-                    "toWorker": self.r.worker_id,
-                    "epoch": self.lease.epoch,
-                    "attempt": state.recoveries + 1,
-                    "replayed": sorted(state.outputs),
-                    "inFlight": state.in_flight,
-                },
+            event, update = recovery(
+                w, state, self.r.worker_id, self.lease.epoch, self.r.max_recoveries
             )
-            tracing.recovered(self.run.id, self.graph, state, state.recoveries + 1)
-            return [recovered], None
+            if update is None:
+                tracing.recovered(self.run.id, self.graph, state, state.recoveries + 1)
+            return [event], update
         trigger = self.graph.trigger
         self.outputs[trigger] = self.run.input
         self.attempts[trigger] = 1
