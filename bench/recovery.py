@@ -78,7 +78,8 @@ from lantern.demo.receiver import Receiver  # noqa: E402
 from lantern.engine.runs import apply_agent, create_run  # noqa: E402
 from lantern.store import open_store  # noqa: E402
 from lantern.store.base import Store  # noqa: E402
-from lantern.store.postgres import _STEAL, PostgresStore, _literal_statuses  # noqa: E402
+from lantern.store.postgres import PostgresStore  # noqa: E402
+from lantern.store.postgres.leases import _STEAL, _literal_statuses  # noqa: E402
 from lantern.store.records import ACTIVE  # noqa: E402
 
 LANTERN = str(Path(sys.executable).parent / "lantern")

@@ -1,0 +1,12 @@
+"""The shared backend's store: each concern's mixin over one connection pool."""
+
+from __future__ import annotations
+
+from lantern.store.postgres.journal import Journal
+from lantern.store.postgres.leases import Leases
+from lantern.store.postgres.runs import Runs
+from lantern.store.postgres.signing import Signing
+
+
+class PostgresStore(Runs, Journal, Leases, Signing):
+    """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -1,0 +1,121 @@
+"""The plumbing of the embedded backend: connections, transactions and migrations.
+
+Every call runs as one whole transaction on a dedicated thread: writes on the writer thread
+(SQLite has one writer anyway), reads on a reader thread with its own connection, which WAL
+lets proceed beside a write. ``BEGIN IMMEDIATE`` takes the write lock up front, so several
+processes sharing the file queue on it instead of failing mid-transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from lantern.store.migrations import migrations
+
+T = TypeVar("T")
+
+
+def _path(url: str) -> str:
+    # sqlite:///relative/path or sqlite:////absolute/path, as SQLAlchemy spells them.
+    return url.removeprefix("sqlite:///")
+
+
+class SQLiteConnection:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.path = _path(url)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-w")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-r")
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def tx() -> T:
+            conn = self._wconn
+            assert conn is not None, "store is not open"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, tx)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def tx() -> T:
+            conn = self._rconn
+            assert conn is not None, "store is not open"
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return await asyncio.get_running_loop().run_in_executor(self._reader, tx)
+
+    async def open(self) -> None:
+        if self._wconn is not None:
+            return
+        if self.path not in ("", ":memory:"):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        self._wconn = await loop.run_in_executor(self._writer, self._connect)
+        await self._write(self._migrate)
+        self._rconn = await loop.run_in_executor(self._reader, self._connect)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations"
+            " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        for m in migrations("sqlite"):
+            if m.version in done:
+                continue
+            # executescript would commit our transaction; run statement by statement instead.
+            for statement in _statements(m.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)", (m.version, m.name, time.time())
+            )
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for conn, pool in ((self._wconn, self._writer), (self._rconn, self._reader)):
+            if conn is not None:
+                await loop.run_in_executor(pool, conn.close)
+        self._wconn = self._rconn = None
+        self._writer.shutdown(wait=False)
+        self._reader.shutdown(wait=False)
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (our SQL files hold no semicolons in literals); a
+    trigger's body holds several, so pieces join until SQLite calls the statement complete."""
+    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
+    statements, pending = [], ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements

@@ -1,0 +1,218 @@
+"""The journal: a run's start, fenced appends under group commit, events and deliveries."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from lantern.errors import LeaseLost, StoreError
+from lantern.store.codec import dumps
+from lantern.store.group_commit import GroupCommitter
+from lantern.store.records import (
+    TERMINAL,
+    Append,
+    Delivery,
+    DeliveryStatus,
+    Event,
+    Lease,
+    NewEvent,
+    RunUpdate,
+)
+from lantern.store.sqlite.leases import Leases
+from lantern.store.sqlite.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _delivery, _event
+
+
+class Journal(Leases):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._commits = GroupCommitter[Append](self._append_batch)
+
+    async def start_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        def tx(conn: sqlite3.Connection) -> Lease | None:
+            status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            journal = conn.execute(
+                "SELECT 1 FROM journal_events WHERE run_id = ? LIMIT 1", (run_id,)
+            ).fetchone()
+            if status is None or status[0] != "queued" or journal is not None:
+                return None
+            lease = self._upsert_lease(conn, run_id, worker_id, ttl, True)
+            if lease is not None:
+                _append_one(conn, Append(lease, tuple(events), update))
+            return lease
+
+        return await self._write(tx)
+
+    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
+        d = delivery
+
+        def tx(conn: sqlite3.Connection) -> Delivery:
+            _fence(conn, lease)
+            conn.execute(
+                "INSERT INTO side_effect_receipts (run_id, step_id, delivery, attempt,"
+                " idempotency_key, kind, target, status, claimed_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?)"
+                " ON CONFLICT (run_id, step_id, delivery) DO UPDATE SET"
+                " attempt = excluded.attempt, idempotency_key = excluded.idempotency_key,"
+                " status = 'claimed', response = NULL, claimed_at = excluded.claimed_at,"
+                " completed_at = NULL WHERE side_effect_receipts.status = 'failed'",
+                (
+                    d.run_id,
+                    d.step_id,
+                    d.name,
+                    d.attempt,
+                    d.idempotency_key,
+                    d.kind,
+                    d.target,
+                    time.time(),
+                ),
+            )
+            row = conn.execute(
+                f"SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts"
+                " WHERE run_id = ? AND step_id = ? AND delivery = ?",
+                (d.run_id, d.step_id, d.name),
+            ).fetchone()
+            return _delivery(row)
+
+        return await self._write(tx)
+
+    async def finish_delivery(
+        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _fence(conn, lease)
+            conn.execute(
+                "UPDATE side_effect_receipts SET status = ?, response = ?, completed_at = ?"
+                " WHERE run_id = ? AND step_id = ? AND delivery = ?",
+                (
+                    status,
+                    None if response is None else dumps(response),
+                    time.time(),
+                    delivery.run_id,
+                    delivery.step_id,
+                    delivery.name,
+                ),
+            )
+
+        await self._write(tx)
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        sql = (
+            f"SELECT {_RECEIPT_COLUMNS} FROM side_effect_receipts WHERE run_id = ?"
+            " ORDER BY claimed_at, step_id, delivery"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
+        return [_delivery(r) for r in rows]
+
+    async def append(self, batch: Append) -> None:
+        await self._commits.submit(batch)
+
+    async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
+        if len(batch) == 1:  # alone in its transaction: no savepoint needed
+            try:
+                return [await self._write(lambda c: _append_one(c, batch[0]))]
+            except sqlite3.IntegrityError as exc:
+                return [_refused(batch[0], exc)]
+        return await self._write(lambda c: [_isolated(c, item) for item in batch])
+
+    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+        if blobs:
+            sql = (
+                f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))}, b.body"
+                " FROM journal_events e LEFT JOIN blobs b ON b.digest = e.blob_digest"
+                " WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq"
+            )
+        else:
+            sql = (
+                f"SELECT {_EVENT_COLUMNS}, NULL FROM journal_events"
+                " WHERE run_id = ? AND seq > ? ORDER BY seq"
+            )
+        rows = await self._read(lambda c: c.execute(sql, (run_id, after)).fetchall())
+        return [_event(r, r[10]) for r in rows]
+
+
+def _fence(conn: sqlite3.Connection, lease: Lease) -> None:
+    row = conn.execute("SELECT epoch FROM run_locks WHERE run_id = ?", (lease.run_id,)).fetchone()
+    if row is None or row[0] != lease.epoch:
+        raise LeaseLost(lease.run_id, lease.epoch)
+
+
+def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
+    """One run's append inside a shared transaction: a savepoint keeps a refusal its own."""
+    conn.execute("SAVEPOINT one_append")
+    outcome: BaseException | None
+    try:
+        outcome = _append_one(conn, item)
+    except sqlite3.IntegrityError as exc:
+        conn.execute("ROLLBACK TO one_append")
+        outcome = _refused(item, exc)
+    conn.execute("RELEASE one_append")
+    return outcome
+
+
+def _refused(item: Append, exc: Exception) -> StoreError:
+    return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
+
+
+def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
+    """Fenced by the lease epoch (SQLite's one writer serialises this with any steal)."""
+    lease = item.lease
+    row = conn.execute("SELECT epoch FROM run_locks WHERE run_id = ?", (lease.run_id,)).fetchone()
+    if row is None or row[0] != lease.epoch:
+        return LeaseLost(lease.run_id, lease.epoch)
+    blobs = [(e.blob.digest, e.blob.body) for e in item.events if e.blob is not None]
+    if blobs:
+        conn.executemany("INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)", blobs)
+    conn.executemany(
+        f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                lease.run_id,
+                e.seq,
+                e.kind,
+                e.at.timestamp(),
+                dumps(e.data),
+                e.step_id,
+                e.node_id,
+                e.attempt,
+                None if e.blob is None else e.blob.digest,
+                e.hash,
+            )
+            for e in item.events
+        ],
+    )
+    if item.update is not None:
+        u = item.update
+        conn.execute(
+            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = ?"
+            " WHERE id = ?",
+            (
+                u.status,
+                None if u.output is None else dumps(u.output),
+                None if u.error is None else dumps(u.error),
+                time.time(),
+                None if u.wake_at is None else u.wake_at.timestamp(),
+                lease.run_id,
+            ),
+        )
+        if u.releases:
+            conn.execute(
+                "UPDATE run_locks SET expires_at = 0 WHERE run_id = ? AND epoch = ?",
+                (lease.run_id, lease.epoch),
+            )
+        if u.status in TERMINAL:
+            # A parent parked on this run (a sub-agent) is due now.
+            conn.execute(
+                "UPDATE runs SET wake_at = ? WHERE status = 'waiting'"
+                " AND id = (SELECT parent_run_id FROM runs WHERE id = ?)",
+                (time.time(), lease.run_id),
+            )
+    return None

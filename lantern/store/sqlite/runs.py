@@ -1,0 +1,248 @@
+"""Agents, runs, API keys, usage, and run control (approvals, wake-ups, sub-agents)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from lantern.errors import Conflict, NotFound, StoreError
+from lantern.store.codec import dumps, loads_or_none
+from lantern.store.records import AgentVersion, ApiKey, Decision, Run, RunStatus, RunUsage
+from lantern.store.sqlite.connection import SQLiteConnection
+from lantern.store.sqlite.rows import _RUN_COLUMNS, _api_key, _run, _time
+
+
+class Runs(SQLiteConnection):
+    # -- agents -----------------------------------------------------------------------
+
+    async def put_agent(
+        self, workspace: str, name: str, definition: dict[str, Any]
+    ) -> AgentVersion:
+        now = time.time()
+
+        def tx(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM agents WHERE workspace = ? AND name = ?",
+                (workspace, name),
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO agents VALUES (?, ?, ?, ?, ?)",
+                (workspace, name, row[0], dumps(definition), now),
+            )
+            return int(row[0])
+
+        version = await self._write(tx)
+        return AgentVersion(workspace, name, version, definition, _time(now))
+
+    async def get_agent(
+        self, workspace: str, name: str, version: int | None = None
+    ) -> AgentVersion | None:
+        sql = "SELECT workspace, name, version, definition, created_at FROM agents"
+        sql += " WHERE workspace = ? AND name = ?"
+        args: tuple[Any, ...] = (workspace, name)
+        if version is not None:
+            sql += " AND version = ?"
+            args += (version,)
+        sql += " ORDER BY version DESC LIMIT 1"
+        row = await self._read(lambda c: c.execute(sql, args).fetchone())
+        if row is None:
+            return None
+        return AgentVersion(row[0], row[1], row[2], loads_or_none(row[3]), _time(row[4]))
+
+    async def list_agents(
+        self, workspace: str, *, limit: int = 1000, after: str | None = None
+    ) -> list[AgentVersion]:
+        sql = (
+            "SELECT a.workspace, a.name, a.version, a.definition, a.created_at FROM agents a"
+            " WHERE a.workspace = ? AND a.name > ? AND a.version ="
+            " (SELECT MAX(version) FROM agents b"
+            " WHERE b.workspace = a.workspace AND b.name = a.name)"
+            " ORDER BY a.name LIMIT ?"
+        )
+        args = (workspace, after or "", limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall())
+        return [AgentVersion(r[0], r[1], r[2], loads_or_none(r[3]), _time(r[4])) for r in rows]
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def create_run(
+        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+    ) -> Run:
+        sql = (
+            "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
+            " created_at, updated_at, idempotency_key, request_digest, parent_run_id)"
+            " SELECT ?, workspace, name, version, ?, ?, ?, ?, ?, ?, ?"
+            " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
+            " RETURNING agent_version"
+        )
+        created = run.created_at.timestamp()
+        args = (
+            run.id,
+            run.status,
+            dumps(run.input),
+            created,
+            created,
+            idempotency_key,
+            request_digest,
+            run.parent_id,
+            run.workspace,
+            run.agent_name,
+        )
+        try:
+            row = await self._write(lambda c: c.execute(sql, args).fetchone())
+        except sqlite3.IntegrityError as exc:
+            if idempotency_key is not None and "idempotency_key" in str(exc):
+                raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
+            raise StoreError(f"run {run.id}: {exc}") from exc
+        if row is None:
+            raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
+        return replace(run, agent_version=row[0])
+
+    async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
+        sql = (
+            f"SELECT {_RUN_COLUMNS}, request_digest FROM runs"
+            " WHERE workspace = ? AND idempotency_key = ?"
+        )
+        row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
+        return None if row is None else (_run(row), row[16] or "")
+
+    async def request_cancel(self, run_id: str) -> bool:
+        sql = (
+            "UPDATE runs SET cancel_requested = 1, updated_at = ?"
+            " WHERE id = ? AND status NOT IN ('succeeded', 'failed', 'cancelled')"
+        )
+        args = (time.time(), run_id)
+        return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def cancel_requested(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        sql = (
+            f"SELECT id FROM runs WHERE cancel_requested = 1"
+            f" AND id IN ({', '.join('?' * len(run_ids))})"
+        )
+        rows = await self._read(lambda c: c.execute(sql, tuple(run_ids)).fetchall())
+        return {r[0] for r in rows}
+
+    # -- API keys ---------------------------------------------------------------------
+
+    async def create_api_key(self, key: ApiKey) -> None:
+        args = (
+            key.id,
+            key.workspace,
+            key.secret_hash,
+            " ".join(sorted(key.scopes)),
+            key.created_at.timestamp(),
+        )
+        await self._write(lambda c: c.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,NULL)", args))
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        sql = "SELECT * FROM api_keys WHERE id = ?"
+        row = await self._read(lambda c: c.execute(sql, (key_id,)).fetchone())
+        return None if row is None else _api_key(row)
+
+    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]:
+        sql = "SELECT * FROM api_keys WHERE ? IS NULL OR workspace = ? ORDER BY created_at"
+        rows = await self._read(lambda c: c.execute(sql, (workspace, workspace)).fetchall())
+        return [_api_key(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str) -> bool:
+        sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        args = (time.time(), key_id)
+        return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def workspace_usage(self, workspace: str, since: datetime) -> RunUsage:
+        sql = (
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
+            " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(model_calls), 0)"
+            " FROM runs WHERE workspace = ? AND created_at >= ?"
+        )
+        row = await self._read(lambda c: c.execute(sql, (workspace, since.timestamp())).fetchone())
+        return RunUsage(int(row[0]), int(row[1]), float(row[2]), int(row[3]))
+
+    async def get_run(self, run_id: str) -> Run | None:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+        row = await self._read(lambda c: c.execute(sql, (run_id,)).fetchone())
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        workspace: str,
+        *,
+        status: RunStatus | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[Run]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE workspace = ?"
+        args: list[Any] = [workspace]
+        for condition, value in (
+            ("status = ?", status),
+            ("agent_name = ?", agent_name),
+            ("id < ?", before),
+        ):
+            if value is not None:
+                sql += " AND " + condition
+                args.append(value)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall())
+        return [_run(r) for r in rows]
+
+    # -- run control: parked runs, approvals, sub-agents ------------------------------
+
+    async def decide(self, decision: Decision) -> bool:
+        d = decision
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            done = conn.execute(
+                "INSERT INTO approvals (run_id, node_id, decision, decided_by, comment,"
+                " decided_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment, now),
+            ).rowcount
+            if done:
+                conn.execute(
+                    "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'",
+                    (now, d.run_id),
+                )
+            return bool(done)
+
+        return await self._write(tx)
+
+    async def decisions(self, run_id: str) -> dict[str, Decision]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT run_id, node_id, decision, decided_by, comment, decided_at"
+                " FROM approvals WHERE run_id = ?",
+                (run_id,),
+            ).fetchall()
+        )
+        return {r[1]: Decision(r[0], r[1], r[2], r[3], r[4], _time(r[5])) for r in rows}
+
+    async def wake(self, run_id: str) -> None:
+        sql = "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'"
+        args = (time.time(), run_id)
+        await self._write(lambda c: c.execute(sql, args))
+
+    async def children(self, run_id: str) -> list[Run]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"
+        rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
+        return [_run(r) for r in rows]
+
+    async def recent_step_usage(
+        self, workspace: str, agent_name: str, runs: int = 50
+    ) -> list[tuple[str, dict[str, Any]]]:
+        sql = (
+            "SELECT e.step_id, json_extract(e.data, '$.output.usage') FROM journal_events e"
+            " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = ? AND agent_name = ?"
+            "  AND status = 'succeeded' ORDER BY id DESC LIMIT ?)"
+            " AND e.kind = 'step_completed'"
+            " AND json_type(e.data, '$.output.usage') = 'object'"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (workspace, agent_name, runs)).fetchall())
+        return [(r[0], loads_or_none(r[1])) for r in rows]

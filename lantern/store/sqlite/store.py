@@ -1,0 +1,12 @@
+"""The embedded backend's store: each concern's mixin over one pair of connections."""
+
+from __future__ import annotations
+
+from lantern.store.sqlite.journal import Journal
+from lantern.store.sqlite.leases import Leases
+from lantern.store.sqlite.runs import Runs
+from lantern.store.sqlite.signing import Signing
+
+
+class SQLiteStore(Runs, Journal, Leases, Signing):
+    """``base.Store`` on one SQLite file."""
