@@ -1,4 +1,4 @@
-"""Storage: one narrow interface (``base.Store``) and one module per backend."""
+"""Storage: one narrow interface (``base.Store``) and one package per backend."""
 
 from lantern.store.base import Store, open_store
 from lantern.store.records import (
