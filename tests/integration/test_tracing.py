@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import StatusCode
 
 import lantern
@@ -248,3 +249,32 @@ def test_the_service_is_lantern_unless_the_environment_names_it(
     assert found["service.instance.id"] == "w1"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agents-prod")
     assert tracing.resource("w1").attributes["service.name"] == "agents-prod"
+
+
+async def test_trace_id_ratio_sampling_keeps_or_drops_whole_runs(store: Store) -> None:
+    """With OTEL_TRACES_SAMPLER=traceidratio every replica decides alike for a run, since
+    the trace id is derived from the run id: a run is traced whole or not at all."""
+    exporter = InMemorySpanExporter()
+    sampler = TraceIdRatioBased(0.5)
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        await apply_agent(store, CHAIN)
+        runs = [await create_run(store, "chain", {"x": n}) for n in range(8)]
+        for run in runs:
+            assert (await drive(store, make_app(), run.id)).status == "succeeded"
+    finally:
+        tracing.shutdown()
+    traced = {attrs(s)["lantern.run_id"] for s in exporter.get_finished_spans()}
+    expected = {
+        r.id
+        for r in runs
+        if tracing.trace_id_for(r.id) & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
+    }
+    assert traced == expected and 0 < len(expected) < len(runs)
+    for run_id in expected:  # every span of a sampled run: the drive and steps a and b
+        assert (
+            sum(1 for s in exporter.get_finished_spans() if attrs(s)["lantern.run_id"] == run_id)
+            == 3
+        )
