@@ -27,7 +27,9 @@ today's default; trace; hash+trace), so one run prints µs/step of each and its 
 Hashing is switched off by replacing the journal's canonical-JSON and SHA-256 functions in this
 process only; tracing on is an SDK tracer provider with a BatchSpanProcessor whose exporter
 drops the spans, so export (network, protobuf) is not measured but the spans, their attributes
-and the batch thread are. It also times the hash chain alone over one step's two events.
+and the batch thread are. A fifth mode, hash+sampled, traces whole runs at a trace-id ratio
+of 0.1 (OTEL_TRACES_SAMPLER=traceidratio). It also times the hash chain alone over one step's
+two events.
 Target (issue 8): hash chaining and tracing together add under 10% per step.
 
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL; PostgreSQL is skipped with a note when
@@ -61,6 +63,7 @@ from typing import Any, Protocol
 import psycopg
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from psycopg.conninfo import conninfo_to_dict
 
 import lantern
@@ -399,7 +402,9 @@ async def bench_backend(
 
 # -- observability: the hash chain and tracing, on and off --------------------------------
 
-MODES = ("plain", "hash", "trace", "hash+trace")
+# "sampled": hashing and tracing with OTEL_TRACES_SAMPLER=traceidratio at 0.1 (whole runs)
+MODES = ("plain", "hash", "trace", "hash+trace", "hash+sampled")
+SAMPLED_RATIO = 0.1
 NO_HASH = "f" * 64
 
 
@@ -418,13 +423,15 @@ class DropSpans(SpanExporter):
 
 
 @contextmanager
-def observability(mode: str, provider: TracerProvider) -> Iterator[None]:
+def observability(
+    mode: str, provider: TracerProvider, sampled: TracerProvider | None = None
+) -> Iterator[None]:
     """Hashing and tracing as ``mode`` says, in this process, for the ``with`` block."""
     saved = journal.canonical, journal.link
     if "hash" not in mode:
         journal.canonical = lambda *args, **kwargs: b""  # type: ignore[assignment]
         journal.link = lambda previous, body: NO_HASH
-    tracing.install(provider if "trace" in mode else None)
+    tracing.install(provider if "trace" in mode else sampled if "sampled" in mode else None)
     try:
         yield
     finally:
@@ -520,6 +527,8 @@ async def bench_observability(backend: str, store: Store, sizes: Sizes) -> Obser
     exporter = DropSpans()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
+    sampled = TracerProvider(sampler=TraceIdRatioBased(SAMPLED_RATIO))
+    sampled.add_span_processor(BatchSpanProcessor(DropSpans()))
     tallies = {mode: Tally() for mode in MODES}
     cpu = {mode: Tally() for mode in MODES}
     try:
@@ -529,14 +538,14 @@ async def bench_observability(backend: str, store: Store, sizes: Sizes) -> Obser
             runner = w.runner
             assert runner is not None
             for mode in MODES:  # warm-up, every mode's code path included
-                with observability(mode, provider):
+                with observability(mode, provider, sampled):
                     await drive_sequential(runner, await create_runs(store, sizes.warmup_runs, 1))
             for k, n in enumerate(split(sizes.runs, sizes.rounds)):
                 # A different mode goes first in each round, so drift hits every mode alike.
                 order = MODES[k % len(MODES) :] + MODES[: k % len(MODES)]
                 for mode in order:
                     ids = await create_runs(store, n, sizes.concurrency)
-                    with observability(mode, provider):
+                    with observability(mode, provider, sampled):
                         before = time.process_time()
                         await tallies[mode].time(
                             k, n * STEPS_PER_RUN, drive_sequential(runner, ids)
@@ -548,6 +557,7 @@ async def bench_observability(backend: str, store: Store, sizes: Sizes) -> Obser
                     c.rounds[k] = (n * STEPS_PER_RUN, spent)
     finally:
         provider.shutdown()  # exports (drops) what is still batched
+        sampled.shutdown()
         await store.close()
     return ObservabilityRow(backend, tallies, cpu, exporter.spans)
 
@@ -560,9 +570,9 @@ def print_observability(
         return statistics.median(a / b for a, b in zip(t.per_round, base.per_round, strict=True))
 
     print()
-    print("            |            wall time             |             CPU time")
-    print("backend   mode         µs/step   vs plain   median      µs/step   vs plain   median")
-    print("-" * 84)
+    print("              |            wall time             |             CPU time")
+    print("backend   mode           µs/step   vs plain   median      µs/step   vs plain   median")
+    print("-" * 86)
     for row in rows:
         plain, plain_cpu = row.tallies["plain"], row.cpu["plain"]
         for mode in MODES:
@@ -572,7 +582,7 @@ def print_observability(
                 met = paired(t, plain) < OBSERVABILITY_TARGET
                 target = f"  target < {OBSERVABILITY_TARGET:.2f}: " + ("met" if met else "MISSED")
             print(
-                f"{row.backend:8}  {mode:10}  {t.micros:8,.0f}  {t.micros / plain.micros:8.3f}x"
+                f"{row.backend:8}  {mode:12}  {t.micros:8,.0f}  {t.micros / plain.micros:8.3f}x"
                 f"  {paired(t, plain):6.3f}x"
                 f"  {c.micros:10,.0f}  {c.micros / plain_cpu.micros:8.3f}x"
                 f"  {paired(c, plain_cpu):6.3f}x{target}"
