@@ -9,7 +9,8 @@ policy}``):
 - ``retry_storm``: more than ``maxRetries`` retries in a run, or more than ``perMinute`` retries
   in the run's workspace within a minute (counted by each replica for the runs it drives).
 - ``cost_spike`` / ``token_spike``: a step whose output's ``usage`` is more than ``factor``
-  times the median of the same step in the agent's recent runs (with at least
+  times the median of the same step in the agent's recent runs, or a run whose spend so far
+  is more than ``factor`` times the median of those runs' totals (with at least
   ``MIN_SAMPLES`` of them), from the journal.
 
 Each kind has a policy: ``record`` (the default: journal it and go on), ``pause`` (park the
@@ -33,6 +34,7 @@ from lantern.store.records import Event, NewEvent
 KINDS = ("runaway_loop", "excessive_steps", "retry_storm", "cost_spike", "token_spike")
 POLICIES = ("record", "pause", "fail")
 MIN_SAMPLES = 5
+RUN_TOTALS = ""  # the baseline's key for whole runs' usage (no step has an empty id)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "runaway_loop": {"repeats": 5},
     "excessive_steps": {"maxSteps": 500},
@@ -113,6 +115,7 @@ class Detector:
     starts: Counter[str] = field(default_factory=Counter)  # signature -> times started
     steps: int = 0
     retries: int = 0
+    spent: dict[str, float] = field(default_factory=lambda: {"tokens": 0.0, "cost": 0.0})
 
     def replay(self, events: Iterable[Event | NewEvent]) -> None:
         """Count what is journaled: events read back on a re-drive, then each commit's."""
@@ -124,6 +127,11 @@ class Detector:
                 self.starts[signature(e.step_id, e.data)] += 1
             elif e.kind == "step_retrying":
                 self.retries += 1
+            elif e.kind == "step_completed":
+                usage = _usage_of(e.data.get("output"))
+                if usage is not None:
+                    self.spent["tokens"] += _tokens(usage)
+                    self.spent["cost"] += _cost(usage)
 
     async def check(self, events: Sequence[NewEvent], starting: Sequence[str]) -> list[Anomaly]:
         """The anomalies raised by a commit about to be made: ``events`` (how steps ended)
@@ -147,15 +155,29 @@ class Detector:
             self._raise(
                 found, "retry_storm", workspaceRetriesPerMinute=rate, perMinute=storm["perMinute"]
             )
+        tokens, cost = self.spent["tokens"], self.spent["cost"]
         for e in events:
-            if e.kind == "step_completed" and e.step_id:
-                await self._spikes(found, e.step_id, e.data.get("output"))
+            usage = _usage_of(e.data.get("output")) if e.kind == "step_completed" else None
+            if usage is not None and e.step_id:
+                await self._spikes(found, e.step_id, usage)
+                tokens, cost = tokens + _tokens(usage), cost + _cost(usage)
+        if (tokens, cost) != (self.spent["tokens"], self.spent["cost"]):
+            await self._run_spikes(found, tokens, cost)
         return found
 
-    async def _spikes(self, found: list[Anomaly], step: str, output: Any) -> None:
-        usage = output.get("usage") if isinstance(output, dict) else None
-        if not isinstance(usage, dict):
+    async def _run_spikes(self, found: list[Anomaly], tokens: float, cost: float) -> None:
+        """The run so far against whole recent runs of the agent: a run that spends far
+        above normal is caught while it spends, not after."""
+        history = (await self.baseline()).get(RUN_TOTALS, ())
+        if len(history) < MIN_SAMPLES:
             return
+        for kind, value, measure in (("token_spike", tokens, _tokens), ("cost_spike", cost, _cost)):
+            median = statistics.median(measure(u) for u in history)
+            factor = self.limits[kind]["factor"]
+            if median > 0 and value > factor * median:
+                self._raise(found, kind, scope="run", value=value, median=median, factor=factor)
+
+    async def _spikes(self, found: list[Anomaly], step: str, usage: Mapping[str, Any]) -> None:
         history = (await self.baseline()).get(step, ())
         if len(history) < MIN_SAMPLES:
             return
@@ -163,7 +185,9 @@ class Detector:
             value, median = measure(usage), statistics.median(measure(u) for u in history)
             factor = self.limits[kind]["factor"]
             if median > 0 and value > factor * median:
-                self._raise(found, kind, step=step, value=value, median=median, factor=factor)
+                self._raise(
+                    found, kind, scope="step", step=step, value=value, median=median, factor=factor
+                )
 
     def _raise(self, found: list[Anomaly], kind: str, **detail: Any) -> None:
         if kind not in self.raised:
@@ -177,6 +201,11 @@ def signature(step: str, data: Mapping[str, Any]) -> str:
     if isinstance(call, dict):
         return json.dumps(call, sort_keys=True, default=str)
     return step
+
+
+def _usage_of(output: Any) -> Mapping[str, Any] | None:
+    usage = output.get("usage") if isinstance(output, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 def _tokens(usage: Mapping[str, Any]) -> float:

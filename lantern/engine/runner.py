@@ -30,7 +30,7 @@ import httpx
 from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import interpreter, spend, waits
-from lantern.engine.anomalies import Anomaly, Detector, RetryRates
+from lantern.engine.anomalies import RUN_TOTALS, Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
@@ -86,8 +86,13 @@ class Runner:
         if cached is not None and time.monotonic() - cached[0] < 60:
             return cached[1]
         found: dict[str, list[Any]] = {}
-        for step, usage in await self.store.recent_step_usage(workspace, agent):
+        runs: dict[str, dict[str, float]] = {}
+        for run_id, step, usage in await self.store.recent_step_usage(workspace, agent):
             found.setdefault(step, []).append(usage)
+            total = runs.setdefault(run_id, {"inputTokens": 0, "outputTokens": 0, "costUsd": 0})
+            for field in total:
+                total[field] += float(usage.get(field) or 0)
+        found[RUN_TOTALS] = list(runs.values())
         self._baselines[(workspace, agent)] = (time.monotonic(), found)
         return found
 

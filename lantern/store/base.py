@@ -182,9 +182,10 @@ class Store(Protocol):
 
     async def recent_step_usage(
         self, workspace: str, agent_name: str, runs: int = 50
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """(step id, output usage) of the steps that reported usage in the agent's newest
-        ``runs`` succeeded runs: the baseline a cost or token spike is measured against."""
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """(run id, step id, output usage) of the steps that reported usage in the agent's
+        newest ``runs`` succeeded runs: the baseline a cost or token spike is measured
+        against."""
 
     # webhook signing secrets: one current per workspace, plus the one it replaced while that
     # is in its overlap (kept in the clear: signing needs the secret itself, not a hash)

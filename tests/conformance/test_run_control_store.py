@@ -71,5 +71,6 @@ async def test_recent_step_usage_reads_the_agents_succeeded_runs(store: Store) -
             ev(2, "step_completed", "t", output={"plain": True}),
         )
         await store.append(Append(lease, events, RunUpdate(status)))  # type: ignore[arg-type]
-    assert await store.recent_step_usage("default", "a") == [("m", usage)]
+    [succeeded] = await store.list_runs("default", status="succeeded")
+    assert await store.recent_step_usage("default", "a") == [(succeeded.id, "m", usage)]
     assert await store.recent_step_usage("default", "other") == []

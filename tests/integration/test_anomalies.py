@@ -134,3 +134,25 @@ async def test_the_pause_policy_parks_the_run_until_someone_lets_it_go_on(
     await decide(store, parked, "anomaly:excessive_steps", "approved", "key:ops")
     done = await until(store, run.id, "succeeded", "failed")
     assert done.status == "succeeded", done.error
+
+
+async def test_a_run_spending_far_above_the_agents_recent_runs_is_a_spike(store: Store) -> None:
+    definition = graph(
+        "many",
+        [
+            tool("a", "model_like", tokens="{{ input.a }}"),
+            tool("b", "model_like", tokens="{{ input.b }}"),
+            tool("c", "model_like", tokens="{{ input.c }}"),
+        ],
+        [("start", "a"), ("a", "b"), ("b", "c")],
+    )
+    definition["anomalies"] = {"token_spike": {"factor": 2}, "cost_spike": {"factor": 2}}
+    a = app()
+    for tokens in (100, 90, 110, 95, 105):
+        run = await run_agent(store, a, definition, {"a": tokens, "b": 0, "c": 0})
+        assert await anomalies(store, run.id) == []
+    # No step is above its own median (b and c have none to compare with), but the run is.
+    spike = await run_agent(store, a, definition, {"a": 100, "b": 100, "c": 100})
+    found = {x["kind"]: x["detail"] for x in await anomalies(store, spike.id)}
+    assert set(found) == {"token_spike", "cost_spike"}
+    assert found["token_spike"] == {"scope": "run", "value": 300, "median": 100, "factor": 2}

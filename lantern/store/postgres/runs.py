@@ -235,13 +235,13 @@ class Runs(PostgresConnection):
 
     async def recent_step_usage(
         self, workspace: str, agent_name: str, runs: int = 50
-    ) -> list[tuple[str, dict[str, Any]]]:
+    ) -> list[tuple[str, str, dict[str, Any]]]:
         rows = await self._fetchall(
-            "SELECT e.step_id, e.data->'output'->'usage' FROM journal_events e"
+            "SELECT e.run_id, e.step_id, e.data->'output'->'usage' FROM journal_events e"
             " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = %s AND agent_name = %s"
             "  AND status = 'succeeded' ORDER BY id DESC LIMIT %s)"
             " AND e.kind = 'step_completed'"
             " AND jsonb_typeof(e.data->'output'->'usage') = 'object'",
             (workspace, agent_name, runs),
         )
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]

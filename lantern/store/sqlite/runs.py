@@ -236,13 +236,14 @@ class Runs(SQLiteConnection):
 
     async def recent_step_usage(
         self, workspace: str, agent_name: str, runs: int = 50
-    ) -> list[tuple[str, dict[str, Any]]]:
+    ) -> list[tuple[str, str, dict[str, Any]]]:
         sql = (
-            "SELECT e.step_id, json_extract(e.data, '$.output.usage') FROM journal_events e"
+            "SELECT e.run_id, e.step_id, json_extract(e.data, '$.output.usage')"
+            " FROM journal_events e"
             " WHERE e.run_id IN (SELECT id FROM runs WHERE workspace = ? AND agent_name = ?"
             "  AND status = 'succeeded' ORDER BY id DESC LIMIT ?)"
             " AND e.kind = 'step_completed'"
             " AND json_type(e.data, '$.output.usage') = 'object'"
         )
         rows = await self._read(lambda c: c.execute(sql, (workspace, agent_name, runs)).fetchall())
-        return [(r[0], loads_or_none(r[1])) for r in rows]
+        return [(r[0], r[1], loads_or_none(r[2])) for r in rows]
