@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lantern.store.records import AgentVersion, Delivery, Event
+from lantern.store.records import AgentVersion, Delivery
 
 
 def run_json(run: Any) -> dict[str, Any]:
@@ -62,7 +62,8 @@ def agent_json(agent: AgentVersion) -> dict[str, Any]:
     }
 
 
-def event_json(event: Event) -> dict[str, Any]:
+def event_json(event: Any) -> dict[str, Any]:
+    """An event of the store, or one the API client returned (they share these fields)."""
     return {
         "seq": event.seq,
         "runId": event.run_id,

@@ -16,25 +16,11 @@ from lantern.errors import NotFound
 from lantern.receipts.issue import Issuer, SignedReceipt
 from lantern.sdk.client import AsyncClient
 from lantern.store.base import Store
-
-
-def event_entry(event: Any) -> dict[str, Any]:
-    """An event of the store or of the API client (they share these fields)."""
-    return {
-        "seq": event.seq,
-        "runId": event.run_id,
-        "stepId": event.step_id,
-        "nodeId": event.node_id,
-        "kind": event.kind,
-        "attempt": event.attempt,
-        "data": event.data,
-        "at": event.at.isoformat(),
-        "hash": event.hash,
-    }
+from lantern.views import event_json
 
 
 def document(events: Iterable[Any], signed: SignedReceipt) -> dict[str, Any]:
-    return {"events": [event_entry(e) for e in events], **signed.to_json()}
+    return {"events": [event_json(e) for e in events], **signed.to_json()}
 
 
 async def local_export(store: Store, issuer: Issuer, run_id: str) -> dict[str, Any]:
