@@ -96,10 +96,7 @@ class Conversation:
                 return
             if self.cancelled.is_set():
                 self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
-                await self._commit(
-                    [self.writer.event("run_cancelled", {"by": "request"})],
-                    RunUpdate("cancelled", error=CANCELLED),
-                )
+                await self._cancel([])
                 return
             events, update, step = self._plan(state)
             await self._commit(events, update)
@@ -165,8 +162,7 @@ class Conversation:
             except TimeoutError:
                 pass
             if self.cancelled.is_set():
-                event = self.writer.event("run_cancelled", {"by": "request"})
-                await self._commit([event], RunUpdate("cancelled", error=CANCELLED))
+                await self._cancel([])
                 return None
             await self._commit([self._started(action, attempt)], None)
         task = asyncio.ensure_future(self._invoke(action, attempt))
@@ -178,8 +174,7 @@ class Conversation:
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            event = self.writer.event("run_cancelled", {"by": "request"})
-            await self._commit([event], RunUpdate("cancelled", error=CANCELLED))
+            await self._cancel([])
             return None
         exc = task.exception()
         if exc is not None and not isinstance(exc, StepError):
@@ -205,8 +200,7 @@ class Conversation:
         if not self.r.keeper.live(self.run.id):
             raise LeaseLost(self.run.id, self.lease.epoch)
         if self.cancelled.is_set():
-            events.append(self.writer.event("run_cancelled", {"by": "request"}))
-            await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
+            await self._cancel(events)  # with what did complete
             return None
         if self.r.stopping.is_set():  # a clean stop: journal what finished, start nothing
             await self._commit(events, None)
@@ -329,6 +323,10 @@ class Conversation:
             problem = f"tool {action.tool!r} returned a value the journal cannot store: {problem}"
             return {"error": problem}
         return result
+
+    async def _cancel(self, events: list[NewEvent]) -> None:
+        events.append(self.writer.event("run_cancelled", {"by": "request"}))
+        await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         await self.r.store.append(Append(self.lease, tuple(events), update))
