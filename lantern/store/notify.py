@@ -49,17 +49,23 @@ class Subscription:
             self._woken.set()
 
     # A timeout is part of the contract, not an error: the caller re-reads the journal then.
+    def poke(self) -> None:
+        """End a ``wait`` now (a follower with something else to hand on, such as live text)."""
+        self._woken.set()
+
     async def wait(self, after: int, timeout: float | None = None) -> int:  # noqa: ASYNC109
         """Return once the run's journal is known to be past ``after`` (or the timeout has
-        passed, or the notifier lost contact with its peers and everyone should re-read):
-        the newest seq heard of, which may still be ``<= after``."""
-        if self.seq > after:
-            return self.seq
+        passed, or the notifier lost contact with its peers and everyone should re-read, or
+        ``poke`` was called): the newest seq heard of, which may still be ``<= after``."""
+        # The flag is cleared after waking, not before waiting: a poke or a commit that came
+        # since the caller last looked must end this wait, not be forgotten. At worst a wait
+        # returns early, and the caller finds nothing new and waits again.
+        if self.seq <= after:
+            try:
+                await asyncio.wait_for(self._woken.wait(), timeout)
+            except TimeoutError:
+                pass
         self._woken.clear()
-        try:
-            await asyncio.wait_for(self._woken.wait(), timeout)
-        except TimeoutError:
-            pass
         return self.seq
 
     def __enter__(self) -> Subscription:
