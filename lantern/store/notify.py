@@ -41,31 +41,38 @@ class Subscription:
         self.run_id = run_id
         self.seq = seq  # the newest seq this subscription has heard of (0: none yet)
         self._woken = asyncio.Event()
+        self._poked = False
 
-    def _advance(self, seq: int | None) -> None:
-        if seq is None or seq > self.seq:
-            if seq is not None:
-                self.seq = seq
+    def _advance(self, seq: int) -> None:
+        if seq > self.seq:
+            self.seq = seq
             self._woken.set()
 
-    # A timeout is part of the contract, not an error: the caller re-reads the journal then.
     def poke(self) -> None:
-        """End a ``wait`` now (a follower with something else to hand on, such as live text)."""
+        """End a ``wait`` now: the follower has something else to hand on (live text), or the
+        notifier may have missed commits and every waiter should re-read its journal."""
+        self._poked = True
         self._woken.set()
 
+    # A timeout is part of the contract, not an error: the caller re-reads the journal then.
     async def wait(self, after: int, timeout: float | None = None) -> int:  # noqa: ASYNC109
-        """Return once the run's journal is known to be past ``after`` (or the timeout has
-        passed, or the notifier lost contact with its peers and everyone should re-read, or
-        ``poke`` was called): the newest seq heard of, which may still be ``<= after``."""
-        # The flag is cleared after waking, not before waiting: a poke or a commit that came
-        # since the caller last looked must end this wait, not be forgotten. At worst a wait
-        # returns early, and the caller finds nothing new and waits again.
-        if self.seq <= after:
+        """Return once the run's journal is known to be past ``after``, or on a ``poke``, or
+        when ``timeout`` seconds have passed: the newest seq heard of (``<= after`` unless
+        the journal advanced). A commit or poke since the subscription was taken counts."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        # Everything that sets the flag runs on this loop, and nothing is awaited between
+        # the check and the clear, so a wake-up is never lost.
+        while self.seq <= after and not self._poked:
+            self._woken.clear()
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
             try:
-                await asyncio.wait_for(self._woken.wait(), timeout)
+                await asyncio.wait_for(self._woken.wait(), left)
             except TimeoutError:
-                pass
-        self._woken.clear()
+                break
+        self._poked = False
         return self.seq
 
     def __enter__(self) -> Subscription:
@@ -142,4 +149,4 @@ class Notifier:
         re-read its journal."""
         for subs in self._subs.values():
             for sub in subs:
-                sub._advance(None)
+                sub.poke()
