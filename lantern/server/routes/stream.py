@@ -31,7 +31,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from lantern.engine.journal import TERMINAL_KINDS
+from lantern.engine import events as ev
 from lantern.engine.live import LiveText
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import PROBLEMS
@@ -92,13 +92,13 @@ async def frames(
                     data=json.dumps(event_json(e)), event="journal", id=str(e.seq)
                 )
                 seen = e.seq
-                if e.kind in TERMINAL_KINDS:
+                if e.kind in ev.TERMINAL_KINDS:
                     return
                 if e.step_id is None or e.attempt is None:
                     continue
-                if e.kind in ("step_completed", "step_failed"):
+                if e.kind in (ev.STEP_COMPLETED, ev.STEP_FAILED):
                     settled.add((e.step_id, e.attempt))
-                elif e.kind == "step_retrying" and shown.get(e.step_id, e.attempt) < e.attempt:
+                elif e.kind == ev.STEP_RETRYING and shown.get(e.step_id, e.attempt) < e.attempt:
                     yield _reset(e.step_id, e.attempt, shown[e.step_id])
                     shown[e.step_id] = e.attempt
             for d in follower.take():
