@@ -6,12 +6,15 @@ import asyncio
 import hashlib
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar, get_type_hints
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
+
+if TYPE_CHECKING:
+    from lantern.integrations.mcp import McpServer
 
 F = TypeVar("F", bound=Callable[..., Any])
 CommitListener = Callable[[str, Sequence[NewEvent]], None]
@@ -53,6 +56,9 @@ class Tool:
     fn: Callable[..., Any]
     description: str
     context_param: str | None
+    # The JSON schema of its arguments when it is not the function's type hints (an MCP
+    # server's tool brings its own); the server then checks the arguments itself.
+    schema: Mapping[str, Any] | None = field(default=None, compare=False)
 
     async def call(self, context: ToolContext, args: dict[str, Any]) -> Any:
         kwargs = dict(args)
@@ -65,11 +71,72 @@ class Tool:
 
 
 class App:
-    """A registry of the user's tools and of observers of journal commits."""
+    """A registry of the user's tools, MCP servers and observers of journal commits."""
 
     def __init__(self) -> None:
         self.tools: dict[str, Tool] = {}
         self.commit_listeners: list[CommitListener] = []
+        self.mcp_servers: dict[str, McpServer] = {}
+
+    def mcp(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> McpServer:
+        """Make every tool of a Model Context Protocol server a tool named ``name.<tool>``:
+        started with ``command`` (stdio) or reached at ``url`` (streamable HTTP), once per
+        process, on first use (see lantern.integrations.mcp)."""
+        from lantern.integrations.mcp import McpServer
+
+        if name in self.mcp_servers:
+            raise UsageError(f"MCP server {name!r} is registered twice")
+        server = McpServer(name, command=command, url=url, env=env, cwd=cwd)
+        self.mcp_servers[name] = server
+        return server
+
+    async def find_tool(self, name: str) -> Tool | None:
+        """The tool ``name``; an MCP server's (``server.tool``) once the server is up. A
+        server that cannot be reached raises StepError (class ``tool``, retryable)."""
+        found = self.tools.get(name)
+        if found is not None:
+            return found
+        server_name, dot, _ = name.partition(".")
+        server = self.mcp_servers.get(server_name) if dot else None
+        if server is None:
+            return None
+        await self._connect(server)
+        return self.tools.get(name)
+
+    async def resolve_tools(self, names: Sequence[str]) -> list[str]:
+        """An agent's tool list with each ``server.*`` replaced by that MCP server's tools
+        (in the server's order); the servers named are started first."""
+        out: list[str] = []
+        for name in names:
+            server_name, dot, rest = name.partition(".")
+            server = self.mcp_servers.get(server_name) if dot else None
+            if server is not None:
+                await self._connect(server)
+            if rest == "*" and server is not None:
+                out += [f"{server_name}.{t}" for t in server.tools]
+            else:
+                out.append(name)
+        return list(dict.fromkeys(out))
+
+    async def _connect(self, server: McpServer) -> None:
+        for tool in (await server.connect()).values():
+            if tool.qualified not in self.tools or self.tools[tool.qualified].schema is not None:
+                self.tools[tool.qualified] = _mcp_tool(
+                    server, tool.name, tool.description, tool.schema
+                )
+
+    async def aclose(self) -> None:
+        """Stop the MCP servers this process started."""
+        for server in self.mcp_servers.values():
+            await server.close()
 
     def tool(self, name: str | None = None) -> Callable[[F], F]:
         def register(fn: F) -> F:
@@ -87,6 +154,17 @@ class App:
         """Call ``listener(run_id, events)`` after each journal commit of this process."""
         self.commit_listeners.append(listener)
         return listener
+
+
+_MCP_CONTEXT = "_lantern_step"  # no MCP tool argument is likely to be called this
+
+
+def _mcp_tool(server: McpServer, tool: str, description: str, schema: Mapping[str, Any]) -> Tool:
+    async def call(**arguments: Any) -> Any:
+        context: ToolContext = arguments.pop(_MCP_CONTEXT)
+        return await server.call(tool, arguments, context.idempotency_key)
+
+    return Tool(f"{server.name}.{tool}", call, description, _MCP_CONTEXT, schema=schema)
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:

@@ -264,8 +264,10 @@ class Conversation:
 
     async def _model_turn(self, key: str, on_text: OnText | None) -> dict[str, Any]:
         specs = []
-        for wire, name in tools.wire_names(self.agent.tools).items():
-            tool = self.r.app.tools.get(name)
+        # "server.*" names every tool of an MCP server, as the server lists them now.
+        names = tools.wire_names(await self.r.app.resolve_tools(self.agent.tools))
+        for wire, name in names.items():
+            tool = await self.r.app.find_tool(name)
             if tool is None:
                 raise StepError(
                     f"tool {name!r} is not registered in this process"
@@ -290,6 +292,10 @@ class Conversation:
         )
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)
+        for call_json in output["toolCalls"]:
+            # Which tool each call names is journaled with it: a re-drive maps it back the
+            # same way even if an MCP server's tool list changed meanwhile.
+            call_json["tool"] = names.get(call_json["name"], "")
         return output
 
     def _spent(self) -> RunUsage:
@@ -301,7 +307,7 @@ class Conversation:
 
     async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
         """The tool's answer; a failure goes back to the model as ``{"error": ...}``."""
-        tool = self.r.app.tools.get(action.tool) if action.tool else None
+        tool = await self.r.app.find_tool(action.tool) if action.tool else None
         if tool is None:
             return {"error": f"there is no tool {action.call.name!r}"}
         deliveries = Deliveries(

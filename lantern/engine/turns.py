@@ -55,7 +55,8 @@ def tool_steps(agent: PlainAgent, turn: int, answer: Mapping[str, Any]) -> list[
     out = []
     for raw in answer.get("toolCalls") or ():
         call = ToolCall.from_json(raw)
-        tool = names.get(call.name, "")
+        # The tool a call named is journaled with it (older journals: from the agent's list).
+        tool = str(raw["tool"]) if "tool" in raw else names.get(call.name, "")
         label = tool or call.name
         seen[label] = seen.get(label, 0) + 1
         suffix = "" if seen[label] == 1 else f":{seen[label]}"

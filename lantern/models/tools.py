@@ -64,6 +64,8 @@ def arguments_model(tool: Tool) -> type[pydantic.BaseModel]:
 
 
 def spec(tool: Tool, wire: str) -> ToolSpec:
+    if tool.schema is not None:  # its own schema (an MCP server's tool)
+        return ToolSpec(wire, tool.description or f"The tool {tool.name}.", dict(tool.schema))
     schema = arguments_model(tool).model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
@@ -73,7 +75,10 @@ def spec(tool: Tool, wire: str) -> ToolSpec:
 
 def validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """The model's arguments checked (and coerced) against the tool's hints; raises
-    ValueError with pydantic's explanation when they do not fit."""
+    ValueError with pydantic's explanation when they do not fit. A tool with its own schema
+    (an MCP server's) gets them as they are: its server checks them."""
+    if tool.schema is not None:
+        return dict(arguments)
     try:
         model = arguments_model(tool).model_validate(arguments)
     except pydantic.ValidationError as exc:

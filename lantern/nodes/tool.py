@@ -10,7 +10,7 @@ from lantern.nodes.base import StepContext
 
 async def execute(ctx: StepContext) -> Any:
     name = ctx.node.data["tool"]
-    tool = ctx.app.tools.get(name)
+    tool = await ctx.app.find_tool(name)
     if tool is None:
         raise StepError(
             f"tool {name!r} is not registered in this process (load it with --app MODULE:OBJECT)",

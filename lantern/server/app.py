@@ -53,6 +53,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             finally:
                 await worker.stop(grace)
                 await serving
+        await tools.aclose()  # the MCP servers this process started
         await store.close()
         tracing.shutdown()  # flushes the spans still batched
 

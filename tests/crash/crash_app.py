@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Sequence
 
 import httpx
@@ -18,6 +19,8 @@ import lantern
 from lantern.store import NewEvent
 
 app = lantern.App()
+# Started only when a step first names one of its tools (tests/mcp: a notes store).
+app.mcp("notes", command=[sys.executable, "-m", "tests.mcp.notes_server"])
 _CRASH_AFTER = os.environ.get("LANTERN_TEST_CRASH_AFTER", "")
 _CRASH_RUN = os.environ.get("LANTERN_TEST_CRASH_RUN", "")
 
