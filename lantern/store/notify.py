@@ -42,6 +42,7 @@ class Subscription:
         self.seq = seq  # the newest seq this subscription has heard of (0: none yet)
         self._woken = asyncio.Event()
         self._poked = False
+        self.stale = False  # set when notifications may have been missed: read afresh
 
     def _advance(self, seq: int) -> None:
         if seq > self.seq:
@@ -94,12 +95,17 @@ class Notifier:
         self._subs: dict[str, set[Subscription]] = {}
         self._recent: OrderedDict[str, int] = OrderedDict()
         self._publish: Publish | None = None
+        self._on_subscribe: Callable[[], None] | None = None
 
-    def relay_to(self, publish: Publish | None) -> None:
-        """Send this process's commits to the other replicas through ``publish``."""
+    def relay_to(self, publish: Publish | None, on_subscribe: Callable[[], None] | None) -> None:
+        """Send this process's commits to the other replicas through ``publish``; call
+        ``on_subscribe()`` at each subscription (a relay starts listening to its peers then)."""
         self._publish = publish
+        self._on_subscribe = on_subscribe
 
     def subscribe(self, run_id: str) -> Subscription:
+        if self._on_subscribe is not None:
+            self._on_subscribe()
         sub = Subscription(self, run_id, self._recent.get(run_id, 0))
         self._subs.setdefault(run_id, set()).add(sub)
         return sub
@@ -149,4 +155,5 @@ class Notifier:
         re-read its journal."""
         for subs in self._subs.values():
             for sub in subs:
+                sub.stale = True
                 sub.poke()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from lantern.sdk.models import Event
 from lantern.sdk.stream import LiveTexts, TextDelta, TextReset
 from tests.fake_llm import FakeProvider, Script
-from tests.server import ALL_SCOPES, Server, make_key
+from tests.server import ALL_SCOPES, LANTERN, Server, make_key
 from tests.sse import Frame, collect, frames, journal
 
 TERMINAL = {"run_succeeded", "run_failed", "run_cancelled"}
@@ -243,3 +245,37 @@ async def test_a_retried_steps_deltas_replace_the_failed_attempts(
     assert _texts(got) == {"draft": "Hello there, Ada Lovelace."}
     first_key, second_key = (r.key for r in fake.calls())
     assert first_key != second_key  # each attempt its own key
+
+
+async def test_lantern_runs_follow_prints_events_and_live_text(slow_words: Server) -> None:
+    http = await client_for(slow_words, "default")
+    key = http.headers["authorization"].removeprefix("Bearer ")
+    text = "alpha beta gamma delta"
+    try:
+        run_id = await start(http, gated_model("follow-me", "offline/echo"), {"text": text})
+        env = {k: v for k, v in os.environ.items() if k != "LANTERN_DATABASE_URL"}
+        env |= {"LANTERN_URL": slow_words.url, "LANTERN_API_KEY": key, "PYTHONUNBUFFERED": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            LANTERN, "runs", "follow", run_id, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        lines: list[str] = []
+        while not any("step_waiting ok" in line for line in lines):
+            lines.append((await asyncio.wait_for(proc.stdout.readline(), 60)).decode())
+        await approve(http, run_id)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await http.aclose()
+    printed = "".join(lines) + out.decode()
+    assert proc.returncode == 0, printed
+    assert f"draft ▸ {text}\n" in printed  # the live text, on one line
+    assert printed.index("draft ▸") < printed.index("step_completed draft")
+    assert printed.rstrip().endswith("run_succeeded")
+    missing = await asyncio.to_thread(
+        subprocess.run,
+        [LANTERN, "runs", "follow", "run_nope"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1 and missing.stderr.startswith("error: ")

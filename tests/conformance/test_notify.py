@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -71,6 +72,32 @@ async def test_a_status_only_update_notifies_nobody_and_a_refused_write_neither(
         assert await sub.wait(1, timeout=0.1) == 1
 
 
+async def past(sub: Any, after: int, timeout: float = 10) -> int:
+    """Wait as a follower does: a poke (the listener coming up) ends a wait early, so wait
+    again until the journal is past ``after`` or the time is up."""
+    deadline = time.monotonic() + timeout
+    while sub.seq <= after and time.monotonic() < deadline:
+        await sub.wait(after, timeout=deadline - time.monotonic())
+    return int(sub.seq)
+
+
+async def listening(store: Store) -> None:
+    """A replica listens to its peers once something in it subscribes."""
+    await asyncio.wait_for(store._relay.listening.wait(), 10)  # type: ignore[attr-defined]
+
+
+async def test_a_replica_that_follows_nothing_holds_no_listening_connection(pg_url: str) -> None:
+    a = open_store(pg_url)
+    await a.open()
+    try:
+        await _started(a)
+        assert a._relay._listener is None  # type: ignore[attr-defined]
+        with a.notifier.subscribe("run_x"):
+            await listening(a)
+    finally:
+        await a.close()
+
+
 async def test_postgres_replicas_hear_each_others_commits(pg_url: str) -> None:
     a, b = open_store(pg_url), open_store(pg_url)
     await a.open()
@@ -78,8 +105,9 @@ async def test_postgres_replicas_hear_each_others_commits(pg_url: str) -> None:
     try:
         run_id, w, lease = await _started(a)
         with b.notifier.subscribe(run_id) as sub:
+            await listening(b)
             await a.append(Append(lease, (w.event("step_started", {}, step_id="x"),), None))  # type: ignore[arg-type]
-            assert await sub.wait(1, timeout=10) == 2
+            assert await past(sub, 1) == 2
             # Many commits in a burst arrive coalesced, ending at the newest seq.
             for i in range(50):
                 await a.append(Append(lease, (w.event("note", {"i": i}),), None))  # type: ignore[arg-type]
@@ -99,6 +127,9 @@ async def test_a_dropped_listener_reconnects_and_wakes_waiters_to_reread(pg_url:
     try:
         run_id, w, lease = await _started(a)
         with b.notifier.subscribe(run_id) as sub:
+            await listening(b)
+            await sub.wait(1, timeout=0.5)  # the poke of the listener coming up
+            sub.stale = False
             waiting = asyncio.ensure_future(sub.wait(1, timeout=30))
             await asyncio.sleep(0.05)
             channel = b._relay.channel  # type: ignore[attr-defined]
@@ -109,12 +140,13 @@ async def test_a_dropped_listener_reconnects_and_wakes_waiters_to_reread(pg_url:
                     (f'LISTEN "{channel}"',),
                 )
             began = time.monotonic()
-            assert await waiting == 1  # woken by the resync, nothing new heard
+            await waiting
+            assert sub.stale  # woken by the resync: re-read, commits may have been missed
             assert time.monotonic() - began < 10
             # Listening again: the next commit of the peer is heard.
             await asyncio.sleep(0.2)
             await a.append(Append(lease, (w.event("step_started", {}, step_id="x"),), None))  # type: ignore[arg-type]
-            assert await sub.wait(1, timeout=10) == 2
+            assert await past(sub, 1) == 2
     finally:
         await a.close()
         await b.close()

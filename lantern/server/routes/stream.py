@@ -23,7 +23,9 @@ final text in its ``step_completed``, but no deltas.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -35,9 +37,9 @@ from lantern.engine import events as ev
 from lantern.engine.live import LiveText
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import PROBLEMS
+from lantern.server.tails import Tails
 from lantern.store.base import Store
 from lantern.store.records import ApiKey
-from lantern.views import event_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
 
@@ -82,15 +84,18 @@ async def frames(
     store: Store, live: LiveText, run_id: str, seen: int
 ) -> AsyncIterator[ServerSentEvent]:
     """The run's frames after ``seen`` until its terminal event."""
-    with store.notifier.subscribe(run_id) as sub, live.follow(run_id, sub.poke) as follower:
+    with (
+        store.notifier.subscribe(run_id) as sub,
+        live.follow(run_id, sub.poke) as follower,
+        _tails(store).follow(run_id) as tail,
+    ):
         shown: dict[str, int] = {}  # step -> the attempt whose text the client shows
         settled: set[tuple[str, int]] = set()  # step attempts whose outcome was sent
+        known, reread = seen, True  # the newest seq the notifier told of; read afresh?
+        loop = asyncio.get_running_loop()
         while True:
-            events = await store.events(run_id, after=seen)
-            for e in events:
-                yield ServerSentEvent(
-                    data=json.dumps(event_json(e)), event="journal", id=str(e.seq)
-                )
+            for e, encoded in await tail.since(seen, known, reread=reread):
+                yield ServerSentEvent(data=encoded, event="journal", id=str(e.seq))
                 seen = e.seq
                 if e.kind in ev.TERMINAL_KINDS:
                     return
@@ -109,7 +114,22 @@ async def frames(
                     yield _reset(d.step_id, d.attempt, before)
                 shown[d.step_id] = d.attempt
                 yield ServerSentEvent(data=json.dumps(d.to_json()), event="delta")
-            await sub.wait(seen, timeout=REREAD_S)
+            began = loop.time()
+            known = await sub.wait(seen, timeout=REREAD_S)
+            # Woken by live text: no journal read. Nothing heard for REREAD_S: read anyway.
+            stale, sub.stale = sub.stale, False  # the notifier may have missed commits
+            reread = stale or (known <= seen and loop.time() - began >= REREAD_S)
+
+
+_TAILS: weakref.WeakKeyDictionary[Store, Tails] = weakref.WeakKeyDictionary()
+
+
+def _tails(store: Store) -> Tails:
+    """The followed runs' shared journal tails of this store (one per process)."""
+    found = _TAILS.get(store)
+    if found is None:
+        found = _TAILS[store] = Tails(store)
+    return found
 
 
 def _reset(step_id: str, attempt: int, replaces: int) -> ServerSentEvent:

@@ -30,7 +30,7 @@ class PostgresConnection:
         )
         self._writer: psycopg.AsyncConnection[TupleRow] | None = None
         self.notifier = Notifier()  # journal commits, relayed to the other replicas
-        self._relay = Relay(url, self.notifier)
+        self._relay = Relay(url, self.notifier, self._fetchall)
 
     async def open(self) -> None:
         await self._pool.open(wait=True, timeout=30)

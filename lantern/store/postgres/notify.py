@@ -1,9 +1,10 @@
 """Journal commit notifications between replicas: PostgreSQL ``LISTEN/NOTIFY``.
 
 Each replica LISTENs on one channel (per schema, so databases shared by several deployments,
-or by parallel tests, do not hear each other) on a connection of its own, and sends its own
-commits with ``pg_notify`` from a second one, after the commit and off the journal's write
-path: the appends that commit while a ``NOTIFY`` is in flight ride in the next one, coalesced
+or by parallel tests, do not hear each other) on a connection of its own, opened when
+something in the process first follows a run, and sends its own commits with ``pg_notify``
+through the store's pool, after the commit and off the journal's write path: the appends
+that commit while a ``NOTIFY`` is in flight ride in the next one, coalesced
 to the newest seq per run and packed many to a payload. Payload lines are ``<run id> <seq>``.
 
 Nothing here is needed for correctness: a waiter re-reads the journal after it wakes and at
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -27,57 +30,66 @@ from lantern.store.notify import Notifier
 log = logging.getLogger("lantern.store.notify")
 
 PAYLOAD_LIMIT = 7_000  # bytes per NOTIFY payload; PostgreSQL allows just under 8000
-_RETRY = (0.1, 0.2, 0.5, 1.0, 2.0)  # seconds between attempts to reopen the listener
+_RETRY = (0.1, 0.2, 0.5, 1.0, 2.0)
+Execute = Callable[
+    [str, Sequence[Any]], Awaitable[list[Any]]
+]  # seconds between attempts to reopen the listener
 
 
 class Relay:
-    """Sends this replica's commits to its peers and hands theirs to ``notifier``."""
+    """Sends this replica's commits to its peers and hands theirs to ``notifier``.
 
-    def __init__(self, url: str, notifier: Notifier) -> None:
+    Commits are sent through the store's own pool (no connection of its own); the listening
+    connection is opened only once something in this process subscribes to a run, so a
+    replica or a command that follows nothing holds no extra connection.
+    """
+
+    def __init__(self, url: str, notifier: Notifier, execute: Execute) -> None:
         self.url = url
         self.notifier = notifier
         self.channel = "lantern_journal"
+        self._execute = execute
         self._outbox: dict[str, int] = {}
         self._pending = asyncio.Event()
-        self._sender: psycopg.AsyncConnection[TupleRow] | None = None
         self._listener: psycopg.AsyncConnection[TupleRow] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self._receiver: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()  # set while the LISTEN connection is up
 
     async def start(self) -> None:
-        """Listen before returning, so a commit made on a peer after ``open()`` is heard."""
-        self._listener = await self._listen()
-        self._sender = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-        self.notifier.relay_to(self.publish)
-        self._tasks = [
-            asyncio.create_task(self._receive(), name="lantern-notify-listen"),
-            asyncio.create_task(self._send(), name="lantern-notify-send"),
-        ]
+        rows = await self._execute("SELECT current_schema()", ())
+        schema = rows[0][0] if rows and rows[0][0] else "public"
+        if schema != "public":
+            self.channel = f"lantern_journal_{schema}"[:63]
+        self.notifier.relay_to(self.publish, self._listen_soon)
+        self._sender = asyncio.create_task(self._send(), name="lantern-notify-send")
 
     async def close(self) -> None:
-        self.notifier.relay_to(None)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError, Exception):
-                await task
-        for conn in (self._listener, self._sender):
-            if conn is not None and not conn.closed:
-                with suppress(Exception):
-                    await conn.close()
+        self.notifier.relay_to(None, None)
+        for task in (self._sender, self._receiver):
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._listener is not None and not self._listener.closed:
+            with suppress(Exception):
+                await self._listener.close()
 
     def publish(self, run_id: str, seq: int) -> None:
         if seq > self._outbox.get(run_id, 0):
             self._outbox[run_id] = seq
         self._pending.set()
 
+    def _listen_soon(self) -> None:
+        """Someone here follows a run: start hearing the peers' commits (once)."""
+        if self._receiver is None:
+            self._receiver = asyncio.get_running_loop().create_task(
+                self._receive(), name="lantern-notify-listen"
+            )
+
     async def _listen(self) -> psycopg.AsyncConnection[TupleRow]:
         conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
         try:
-            cur = await conn.execute("SELECT current_schema()")
-            row = await cur.fetchone()
-            schema = row[0] if row is not None and row[0] else "public"
-            if schema != "public":
-                self.channel = f"lantern_journal_{schema}"[:63]
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:
             await conn.close()
@@ -90,7 +102,10 @@ class Relay:
             try:
                 if self._listener is None or self._listener.closed:
                     self._listener = await self._listen()
-                    self.notifier.resync()  # what was sent while we were away is unheard
+                    self.listening.set()
+                    # What was committed before we listened (or while we were away) was not
+                    # heard: every follower reads its journal again.
+                    self.notifier.resync()
                 failures = 0
                 async for note in self._listener.notifies():
                     self._deliver(note.payload)
@@ -98,6 +113,7 @@ class Relay:
                 delay = _RETRY[min(failures, len(_RETRY) - 1)]
                 failures += 1
                 log.warning("journal notifications: listener lost (%s); again in %ss", exc, delay)
+                self.listening.clear()
                 if self._listener is not None:
                     with suppress(Exception):
                         await self._listener.close()
@@ -118,19 +134,13 @@ class Relay:
             if not batch:
                 continue
             try:
-                if self._sender is None or self._sender.closed:
-                    self._sender = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-                await self._sender.execute(
+                await self._execute(
                     "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p",
                     (self.channel, _payloads(batch)),
                 )
             except (psycopg.Error, OSError) as exc:
-                # A hint lost: peers' waiters find the events at their next timeout.
+                # A hint lost: peers' followers find the events at their next re-read.
                 log.warning("journal notifications: NOTIFY failed (%s)", exc)
-                if self._sender is not None:
-                    with suppress(Exception):
-                        await self._sender.close()
-                    self._sender = None
 
 
 def _payloads(batch: dict[str, int]) -> list[str]:

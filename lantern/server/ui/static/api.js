@@ -13,7 +13,7 @@ export class ApiError extends Error {
 
 /** A GET against the API with `key`; a problem+json answer becomes an ApiError. */
 export function client(key) {
-  return async function get(path) {
+  async function get(path) {
     let response;
     try {
       response = await fetch(path, {
@@ -36,7 +36,25 @@ export function client(key) {
       throw new ApiError(response.status, title, detail);
     }
     return response.json();
+  }
+  // A streamed read (the run's Server-Sent Events): the response, its body unread.
+  get.open = async function open(path, headers = {}) {
+    const response = await fetch(path, {
+      headers: { Authorization: `Bearer ${key}`, Accept: "text/event-stream", ...headers },
+      cache: "no-store",
+    });
+    if (!response.ok) {
+      let detail = `HTTP ${response.status}`;
+      try {
+        detail = (await response.json()).detail || detail;
+      } catch {
+        // not problem+json
+      }
+      throw new ApiError(response.status, response.statusText || "Error", detail);
+    }
+    return response;
   };
+  return get;
 }
 
 export function isKeyProblem(err) {

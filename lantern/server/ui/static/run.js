@@ -1,12 +1,14 @@
-// The run page: summary, waterfall, step details and deliveries, polled live until the run ends.
+// The run page: summary, waterfall, step details and deliveries, following the run's stream
+// (GET /v1/runs/{id}/stream) until it ends, with a model step's text growing as it is written.
 
 import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { stepDetails } from "./details.js";
 import { duration, h, json, localTime } from "./dom.js";
 import { buildModel, provider, TERMINAL, ticks } from "./model.js";
+import { followStream, LiveTexts } from "./stream.js";
 import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
 
-const POLL_MS = 1000;
+const RUN_READ_MS = 500; // the run and its deliveries are read again at most this often
 const page = document.getElementById("page");
 const runId = page.dataset.runId;
 const path = `/v1/runs/${encodeURIComponent(runId)}`;
@@ -20,6 +22,7 @@ const state = {
   definitionProblem: null,
   selected: null,
   finished: false,
+  live: new LiveTexts(), // model steps' text as it is generated (never journaled)
 };
 
 async function readEvents() {
@@ -58,25 +61,61 @@ async function refresh() {
   state.finished = state.events.some((e) => TERMINAL.has(e.kind));
 }
 
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+let drawing = null; // a render is due: frames that arrive together are drawn once
+let reading = null; // a read of the run and its deliveries is due
+
+function draw() {
+  if (!drawing) drawing = setTimeout(() => { drawing = null; render(); }, 50);
+}
+
+function readRun() {
+  if (reading) return;
+  reading = setTimeout(async () => {
+    try {
+      [state.run, state.deliveries] = await Promise.all([
+        state.get(path),
+        state.get(`${path}/deliveries`).then((d) => d.items),
+      ]);
+      pageMessage("");
+    } catch (err) {
+      pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+    }
+    reading = null;
+    draw();
+  }, state.finished ? 0 : RUN_READ_MS);
+}
+
+function onFrame(frame) {
+  if (frame.event === "journal") {
+    const last = state.events.length ? state.events[state.events.length - 1].seq : 0;
+    if (frame.data.seq <= last) return;
+    state.events.push(frame.data);
+    state.finished = TERMINAL.has(frame.data.kind);
+    readRun();
+    draw();
+    pageMessage("");
+  } else if (frame.event === "delta" || frame.event === "reset") {
+    const step = state.live.apply(frame);
+    if (step) showLiveText(step);
+  }
 }
 
 async function follow(askForKey) {
-  while (!state.finished) {
-    await sleep(POLL_MS);
-    try {
-      await refresh();
-      pageMessage("");
-    } catch (err) {
-      if (isKeyProblem(err)) {
-        askForKey(`The server stopped accepting this key: ${err.detail}.`);
-        return;
-      }
-      pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+  const after = state.events.length ? state.events[state.events.length - 1].seq : 0;
+  let stop = false;
+  // Bars of steps in flight grow with the clock between frames.
+  const clock = setInterval(() => { if (!state.finished) draw(); }, 1000);
+  await followStream(state.get.open, path, after, onFrame, (err) => {
+    if (isKeyProblem(err)) {
+      stop = true;
+      askForKey(`The server stopped accepting this key: ${err.detail}.`);
+      throw err; // ends the stream's loop
     }
-    render();
-  }
+    pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+  }).catch((err) => { if (!stop) pageMessage(String(err)); });
+  clearInterval(clock);
+  if (!state.finished) return;
+  readRun();
 }
 
 withKey(async (get, askForKey) => {
@@ -109,7 +148,7 @@ function renderSummary(model) {
     ["Recoveries", String(model.bands.length)],
     ["Updates", state.finished
       ? h("span", { id: "live" }, "finished; the journal is complete")
-      : h("span", { id: "live", class: "live" }, "live, every second")],
+      : h("span", { id: "live", class: "live" }, "live, as each event is committed")],
   ];
   const link = (id) => h("a", { href: `/ui/runs/${encodeURIComponent(id)}`, class: "mono" }, id);
   if (run.parentRunId) items.push(["Parent run", link(run.parentRunId)]);
@@ -274,10 +313,24 @@ async function renderDetails(model) {
   const signature = `${s.id}:${s.events.length}:${state.deliveries.length}`;
   if (signature === detailsFor) return;
   detailsFor = signature;
-  panel.replaceChildren(...await stepDetails({
+  const parts = await stepDetails({
     runId, s, node: state.nodes && state.nodes.get(s.id),
     definitionProblem: state.definitionProblem, deliveries: state.deliveries,
     origin: model.origin,
-  }));
+  });
+  const live = state.live.text(s.id);
+  const done = s.events.some((e) => e.kind === "step_completed");
+  if (!done && (live !== null || s.type === "ai-step" || s.type === "llm")) {
+    parts.splice(2, 0, h("section", { class: "live-text" },
+      h("h3", {}, "Text so far ", h("span", { class: "muted" }, "(live; not journaled)")),
+      h("pre", { id: "live-text", "data-step": s.id }, live || "")));
+  }
+  panel.replaceChildren(...parts);
   panel.hidden = false;
+}
+
+function showLiveText(stepId) {
+  const el = document.getElementById("live-text");
+  if (el && el.dataset.step === stepId) el.textContent = state.live.text(stepId) || "";
+  else if (state.selected === stepId) { detailsFor = null; draw(); }
 }
