@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check lantern tests bench
 	$(BIN)/ruff format --check lantern tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern

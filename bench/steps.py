@@ -68,11 +68,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 import lantern
 from lantern.engine import chain, journal
+from lantern.engine.drive import observed
 from lantern.engine.runner import Runner
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
-from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.postgres import PostgresStore
 from lantern.store.sqlite import SQLiteStore
@@ -484,15 +484,8 @@ async def tracing_micros(runs: int = 1_000, repeats: int = 5) -> float:
     run: Any = SimpleNamespace(
         id="run_0123456789abcdef01234567", agent_name=AGENT, agent_version=1, workspace="bench"
     )
-    ctx: Any = SimpleNamespace(
-        run_id=run.id,
-        step_id="t1",
-        node=SimpleNamespace(type="tool"),
-        attempt=1,
-        idempotency_key="0" * 64,
-    )
 
-    async def execute(_: Any) -> None:
+    async def execute() -> None:
         return None
 
     async def once(on: bool) -> float:
@@ -501,7 +494,7 @@ async def tracing_micros(runs: int = 1_000, repeats: int = 5) -> float:
         for _ in range(runs):
             with tracing.drive(run, "bench"):
                 for _ in range(STEPS_PER_RUN):
-                    await observed(execute, ctx)
+                    await observed(execute(), run.id, "t1", "tool", 1, "0" * 64)
                 tracing.drive_ended(None)
         tracing.install(None)
         return (time.perf_counter() - started) / (runs * STEPS_PER_RUN) * 1e6
