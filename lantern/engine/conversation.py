@@ -14,8 +14,6 @@ it answers the model with an error).
 from __future__ import annotations
 
 import asyncio
-import time
-from contextlib import suppress
 from typing import Any
 
 from lantern.app import ToolContext
@@ -84,9 +82,7 @@ class Conversation(Drive):
         self, action: turns.CallModel | turns.CallTool, attempt: int, due: int | None
     ) -> Step | None:
         if due is not None:  # a retry: wait out its backoff, then journal its start
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self.cancelled.wait(), max(0.0, due / 1000 - time.time()))
-            if self.cancelled.is_set():
+            if not await self.backoff(due):
                 await self.cancel([])
                 return None
             await self.commit([self.start(action.step, attempt, _start_data(action))])

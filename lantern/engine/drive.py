@@ -18,8 +18,10 @@ workload's reports); how it journals what it does does not, and lives here:
   runs so ``traceparent`` rides on its requests; its duration and model usage) within its
   step timeout; ``complete`` journals its output (exactly what a replay reads back, or a
   ``StepError`` when the journal cannot store it); ``failure`` journals a retry with its due
-  time (``step_retrying``, which survives a crash) or the step's failure; ``run_failed``,
-  ``succeeded`` and ``cancel`` end the run.
+  time (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
+  failure; ``run_failed``, ``step_ended_run``, ``succeeded`` and ``cancel`` end the run.
+  ``key`` and ``deliveries`` give a step attempt its idempotency key and its claimed
+  deliveries, fenced by the drive's lease.
 - **Anomalies** (``anomalies``): journal what the detector finds and apply its policy
   (record; fail the run; pause at an implicit approval ``anomaly:<kind>`` for kinds of run
   that can park, recorded only for the others).
@@ -37,11 +39,16 @@ Extension surface (how a new kind of run plugs in): subclass ``Drive`` and imple
   run) or to a stop, using the primitives above and nothing else to touch the journal;
 
 optionally ``opening_steps()`` (events a fresh run journals right after ``run_started``, such
-as a graph's trigger). Then let ``Runner`` pick the new drive for its kind of agent. A
-code-first function's drive calls ``start``/``perform``/``complete``/``failure`` from its
-``ctx.step``; a microVM workload's drive turns each reported step into the same calls, so a
-VM never writes the journal itself. ``DriveHost`` is all a drive knows of the process it runs
-in, so no drive imports the runner.
+as a graph's trigger). Pass ``can_pause=False`` when the kind has nowhere to park. Then let
+``Runner`` pick the new drive for its kind of agent (``runner._new_drive``).
+
+A code-first function's drive (``ctx.step(name, fn)``): a step in ``self.outputs`` returns its
+journaled output without running; otherwise ``commit([start(...)])``, ``perform(...)``, then
+``commit([complete(...)])`` or, on a StepError, ``failure(...)`` (a retry: ``backoff`` and
+go again; none: ``step_ended_run``). A microVM workload's drive turns each step the VM
+reports into the same calls, so a VM never writes the journal itself and every kind of run
+gets the same spans, counters, fencing and recovery. ``DriveHost`` is all a drive knows of
+the process it runs in, so no drive imports the runner (import-linter checks it).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any, Protocol
 
 import httpx
@@ -309,6 +317,13 @@ class Drive(ABC):
             return event, (step, attempt + 1, due)
         data = {"error": error.to_json()}
         return self.writer.event(ev.STEP_FAILED, data, step_id=step, attempt=attempt), None
+
+    async def backoff(self, due_ms: int) -> bool:
+        """Wait out a retry's backoff until its journaled due time (after a crash too);
+        False when a cancellation request came first."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.cancelled.wait(), max(0.0, due_ms / 1000 - time.time()))
+        return not self.cancelled.is_set()
 
     # -- the run's end ---------------------------------------------------------------------
 
