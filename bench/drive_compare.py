@@ -111,8 +111,9 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
         try:
             definition = graph_agent() if kind == "graph" else plain_agent()
             await apply_agent(store, definition)
+            name = definition["name"]
             ids = [
-                (await create_run(store, definition["name"], {"i": i} if kind == "graph" else "go")).id
+                (await create_run(store, name, {"i": i} if kind == "graph" else "go")).id
                 for i in range(warmup + runs)
             ]
             async with Worker(store, app, worker_id="bench", lease_ttl=60) as w:
@@ -172,7 +173,8 @@ def pg_answers() -> bool:
     try:
         import psycopg
 
-        with psycopg.connect(os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL), connect_timeout=3):
+        url = os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL)
+        with psycopg.connect(url, connect_timeout=3):
             return True
     except Exception:
         return False
@@ -208,12 +210,16 @@ def compare(ref: str, backends: list[str], runs: int, rounds: int, warmup: int) 
                 cpu = statistics.median(x["cpu_us_per_step"] for x in rows)
                 ratio = ""
                 if build == "after":
-                    pairs = zip(got[(backend, kind, "before")], rows, strict=True)
-                    w = statistics.median(a["us_per_step"] / b["us_per_step"] for b, a in pairs)
-                    pairs = zip(got[(backend, kind, "before")], rows, strict=True)
-                    c = statistics.median(a["cpu_us_per_step"] / b["cpu_us_per_step"] for b, a in pairs)
+                    befores = got[(backend, kind, "before")]
+                    w = _paired(befores, rows, "us_per_step")
+                    c = _paired(befores, rows, "cpu_us_per_step")
                     ratio = f"wall {w:.3f}x  cpu {c:.3f}x"
                 print(f"{backend:8}  {kind:6}  {build:6}  {wall:8,.0f}  {cpu:12,.0f}   {ratio}")
+
+
+def _paired(befores: list[dict[str, Any]], afters: list[dict[str, Any]], field: str) -> float:
+    """The median over rounds of after/before in the same round."""
+    return statistics.median(a[field] / b[field] for b, a in zip(befores, afters, strict=True))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,6 +32,10 @@ of 0.1 (OTEL_TRACES_SAMPLER=traceidratio). It also times the hash chain alone ov
 two events.
 Target (issue 8): hash chaining and tracing together add under 10% per step.
 
+``--compare REF`` measures instead the build at git revision REF against the working tree,
+interleaved round by round: per-step µs and this process's CPU µs per step, graph and plain
+agents, both backends (see bench/drive_compare.py).
+
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL; PostgreSQL is skipped with a note when
 it does not answer. SQLite lives in a temporary directory and PostgreSQL in a fresh schema
 that is dropped at the end.
@@ -829,6 +833,12 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--compare" in args:  # before/after of two builds: bench/drive_compare.py
+        import drive_compare
+
+        drive_compare.main(args)
+        return 0
     return asyncio.run(main_async(parse_args(argv)))
 
 
