@@ -25,8 +25,10 @@ workload's reports); how it journals what it does does not, and lives here:
 - **Anomalies** (``anomalies``): journal what the detector finds and apply its policy
   (record; fail the run; pause at an implicit approval ``anomaly:<kind>`` for kinds of run
   that can park, recorded only for the others).
-- **Liveness** (``ensure_live``): a lost or unrenewed lease stops the drive before it starts
-  anything more; the next holder re-drives from the journal.
+- **The lease** (``under_lease``): won with the opening commit or by a claim, renewed by the
+  keeper (which also sees a cancellation request) while the drive executes, handed on at once
+  on a clean stop; ``ensure_live``: a lost or unrenewed lease stops the drive before it
+  starts anything more, and the next holder re-drives from the journal.
 
 Extension surface (how a new kind of run plugs in): subclass ``Drive`` and implement
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -103,6 +106,45 @@ class DriveHost(Protocol):
 
 # A retry waiting out its backoff: (step, the attempt to start, when it is due in epoch ms).
 Retry = tuple[str, int, int]
+
+log = logging.getLogger("lantern.runner")
+
+
+async def under_lease(
+    host: DriveHost, run: Run, new_drive: Callable[[], Drive], lease: Lease | None
+) -> Drive | None:
+    """Execute a drive of ``run`` under its lease: won here (a never-started run leases and
+    opens in one transaction), or ``lease``, won before by a claim (so the run read is current
+    and a queued run has no journal to read). The keeper renews the lease and watches for a
+    cancellation while the drive executes; a clean stop hands the lease on at once. The
+    drive, which says how it ended (``final`` None: stopped early); None when another worker
+    holds the run or ours was lost."""
+    drive = new_drive()
+    known_empty = lease is not None and run.status == "queued"
+    if lease is None and run.status == "queued" and not run.cancel_requested:
+        # Lease and opening commit in one transaction: one commit fewer per run.
+        lease = await drive.begin()
+        if lease is None:
+            drive = new_drive()
+    if lease is None:
+        lease = await host.store.acquire_lease(run.id, host.worker_id, host.keeper.ttl)
+        if lease is None:
+            return None
+    host.keeper.hold(lease, drive.cancelled.set)
+    try:
+        await drive.execute(lease, RunState() if known_empty else None)
+    except LeaseLost as exc:
+        log.warning("%s", exc)
+        return None
+    except asyncio.CancelledError:
+        # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
+        await asyncio.shield(host.store.release_lease(lease))
+        raise
+    finally:
+        host.keeper.drop(lease)
+    if drive.final is None:  # the commit that finishes a run releases its lease itself
+        await host.store.release_lease(lease)
+    return drive
 
 
 class Drive(ABC):

@@ -10,7 +10,6 @@ HTTP client, the model providers) and is the ``DriveHost`` they see.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -22,19 +21,16 @@ import httpx
 from lantern.app import App
 from lantern.engine.anomalies import RUN_TOTALS, RetryRates
 from lantern.engine.conversation import Conversation
-from lantern.engine.drive import Drive
+from lantern.engine.drive import Drive, under_lease
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.graph_drive import GraphDrive
-from lantern.engine.journal import RunState
 from lantern.engine.leases import LeaseKeeper
-from lantern.errors import LeaseLost, NotFound
+from lantern.errors import NotFound
 from lantern.models import registry
 from lantern.models.registry import Models
 from lantern.observability import tracing
 from lantern.store.base import Store
 from lantern.store.records import Lease, Run
-
-log = logging.getLogger("lantern.runner")
 
 
 class Runner:
@@ -101,38 +97,16 @@ class Runner:
             return result
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
-        run_id = run.id
         graph = await self._graph(run)
-        drive = _new_drive(self, run, graph)
-        known_empty = lease is not None and run.status == "queued"
-        if lease is None and run.status == "queued" and not run.cancel_requested:
-            # Lease and opening commit in one transaction: one commit fewer per run.
-            lease = await drive.begin()
-            if lease is None:
-                drive = _new_drive(self, run, graph)
-        if lease is None:
-            lease = await self.store.acquire_lease(run_id, self.worker_id, self.keeper.ttl)
-            if lease is None:
-                return None
-        self.keeper.hold(lease, drive.cancelled.set)
-        try:
-            await drive.execute(lease, RunState() if known_empty else None)
-        except LeaseLost as exc:
-            log.warning("%s", exc)
+        drive = await under_lease(self, run, lambda: _new_drive(self, run, graph), lease)
+        if drive is None:
             return None
-        except asyncio.CancelledError:
-            # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
-            await asyncio.shield(self.store.release_lease(lease))
-            raise
-        finally:
-            self.keeper.drop(lease)
         final = drive.final
         if final is None:  # stopped early (a clean stop), or another worker had finished it
-            await self.store.release_lease(lease)
-            return await self.store.get_run(run_id)
+            return await self.store.get_run(run.id)
         # The commit that finished the run released its lease in the same transaction.
         if self.issue_receipt is not None:
-            await self.issue_receipt(run_id)
+            await self.issue_receipt(run.id)
         return replace(
             run,
             status=final.status,
