@@ -22,6 +22,7 @@ from lantern.engine.anomalies import signature
 from lantern.engine.drive import Drive, DriveHost
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
+from lantern.engine.live import OnText
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import LanternError, StepError
@@ -153,10 +154,14 @@ class Conversation(Drive):
     async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
         key = self.key(action.step, attempt)
         if isinstance(action, turns.CallModel):
-            return await self._model_turn(key)
+            live = self.host.live
+            try:
+                return await self._model_turn(key, live.sink(self.run.id, action.step, attempt))
+            finally:
+                live.finished(self.run.id, action.step, attempt)
         return await self._tool_call(action, attempt, key)
 
-    async def _model_turn(self, key: str) -> dict[str, Any]:
+    async def _model_turn(self, key: str, on_text: OnText | None) -> dict[str, Any]:
         specs = []
         for wire, name in tools.wire_names(self.agent.tools).items():
             tool = self.host.app.tools.get(name)
@@ -180,6 +185,7 @@ class Conversation(Drive):
             self.host.models,
             request,
             gate(self.host.store, self.run, self.agent.budget, self._spent),
+            on_text=on_text,
         )
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)

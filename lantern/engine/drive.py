@@ -72,6 +72,7 @@ from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly, Detector, RetryRates
 from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError
 from lantern.ids import idempotency_key
@@ -95,6 +96,7 @@ class DriveHost(Protocol):
     stopping: asyncio.Event
     max_recoveries: int
     retry_rates: RetryRates
+    live: LiveText  # model steps' text as it is generated, for followers (never journaled)
 
     def on_queued(self) -> None:
         """A run was queued here (a child): look for work now."""

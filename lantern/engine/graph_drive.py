@@ -275,9 +275,12 @@ class GraphDrive(Drive):
                 lambda: spend.of_graph(self.graph, self.outputs),
             ),
             start_child=functools.partial(self._start_child, step, attempt),
+            on_text=self.host.live.sink(self.run.id, step, attempt),
         )
         limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
-        self.tasks[self.perform(step, attempt, executor_for(node.type)(ctx), limit)] = step
+        task = self.perform(step, attempt, executor_for(node.type)(ctx), limit)
+        task.add_done_callback(lambda _: self.host.live.finished(self.run.id, step, attempt))
+        self.tasks[task] = step
 
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:
         """Create this step attempt's child run, or find it after a crash: its id is derived

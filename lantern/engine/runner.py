@@ -25,6 +25,7 @@ from lantern.engine.drive import Drive, under_lease
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.graph_drive import GraphDrive
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
 from lantern.errors import NotFound
 from lantern.models import registry
 from lantern.models.registry import Models
@@ -49,8 +50,10 @@ class Runner:
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         models: Models | None = None,
+        live: LiveText | None = None,
     ) -> None:
         self.store = store
+        self.live = live or LiveText()  # model steps' text as it is generated (not journaled)
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from lantern.store.notify import Notifier
 from lantern.store.records import (
     AgentVersion,
     ApiKey,
@@ -30,6 +31,10 @@ from lantern.store.records import (
 class JournalStore(Protocol):
     """A run's journal: the fenced writes every drive makes, its reads, and the claimed
     deliveries of its steps (fenced by the same lease)."""
+
+    # Told of every journal write after it commits (append, start_run, and any other method
+    # that writes journal events must call ``notifier.committed``); see lantern.store.notify.
+    notifier: Notifier
 
     async def start_run(
         self,
