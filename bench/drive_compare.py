@@ -66,7 +66,7 @@ class ScriptedProvider:
     async def aclose(self) -> None:
         pass
 
-    async def complete(self, request: Any) -> Any:
+    async def complete(self, request: Any, on_text: Any = None) -> Any:
         from lantern.models.records import ModelResponse, TokenUsage, ToolCall
 
         turn = sum(1 for m in request.messages if m.role == "assistant") + 1
