@@ -141,8 +141,15 @@ async def facts(
     trace_id = trace_id_for(run.id)
     spans = [s for s in otlp.received() if s.attributes.get("lantern.run_id") == run.id]
     assert spans and {s.trace_id for s in spans} == {trace_id}
-    resumed = [s for s in spans if s.name == "run shaped" and s.attributes["lantern.recovered"]]
+    # The drive that finished the run (a drive cut short by a database failure would be
+    # another, with an error status).
+    resumed = [
+        s
+        for s in spans
+        if s.name == "run shaped" and s.attributes.get("lantern.run_status") == "succeeded"
+    ]
     assert len(resumed) == 1 and resumed[0].resource["service.instance.id"] == f"{kind.name}-b"
+    assert resumed[0].attributes["lantern.recovered"] is True
 
     def steps_of(where: str) -> list[ReceivedSpan]:
         return [
