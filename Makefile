@@ -25,8 +25,8 @@ demo: $(VENV)/.installed
 	$(BIN)/lantern demo
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check lantern tests bench
-	$(BIN)/ruff format --check lantern tests bench
+	$(BIN)/ruff check lantern tests bench examples
+	$(BIN)/ruff format --check lantern tests bench examples
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern

@@ -2,19 +2,23 @@
 
 It lets the demo and a first-time user run agents with model steps before any key is set.
 ``offline/echo`` answers with the last user message (in JSON mode: that message parsed as
-JSON, or ``{"text": message}`` when it is not JSON); tokens are counted as one per four
-characters, and it costs nothing. Everything it answers is labeled provider ``offline``.
+JSON, or ``{"text": message}`` when it is not JSON). ``offline/tools`` plays a plain agent's
+model: it calls each tool it is offered once, in order, with the arguments it can take from the
+user's message, then answers with what the tools returned. Both answer from the conversation
+alone, so a re-sent turn gets the same answer. Tokens are counted as one per four characters,
+and it costs nothing. Everything it answers is labeled provider ``offline``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
-from lantern.models.records import ModelRequest, ModelResponse, TokenUsage
+from lantern.models.records import ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec
 
 PREFIX = "offline/"
-MODELS = frozenset({"offline/echo"})
+MODELS = frozenset({"offline/echo", "offline/tools"})
 
 
 def tokens(text: str) -> int:
@@ -28,6 +32,8 @@ class OfflineProvider:
         pass
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.model == "offline/tools":
+            return _use_tools(request, self.name)
         users = [m.content for m in request.messages if m.role == "user"]
         prompt = users[-1] if users else ""
         text = prompt
@@ -45,3 +51,41 @@ class OfflineProvider:
             provider=self.name,
             usage=TokenUsage(tokens(seen), tokens(text)),
         )
+
+
+def _use_tools(request: ModelRequest, provider: str) -> ModelResponse:
+    """The next tool not yet called, or, when every one has answered, their answers as JSON."""
+    calls = [c for m in request.messages for c in m.tool_calls]
+    called = {c.name for c in calls}
+    seen = "".join([request.system or "", *(m.content for m in request.messages)])
+    pending = [t for t in request.tools if t.name not in called]
+    if pending:
+        users = [m.content for m in request.messages if m.role == "user"]
+        tool = pending[0]
+        call = ToolCall(
+            f"call_{len(calls) + 1}", tool.name, _arguments(tool, users[0] if users else "")
+        )
+        return ModelResponse("", request.model, provider, TokenUsage(tokens(seen), 0), (call,))
+    names = {c.id: c.name for c in calls}
+    answers: dict[str, Any] = {}
+    for m in request.messages:
+        if m.role == "tool" and m.tool_call_id in names:
+            try:
+                answers[names[m.tool_call_id]] = json.loads(m.content)
+            except ValueError:
+                answers[names[m.tool_call_id]] = m.content
+    text = json.dumps(answers) if answers else "no tools to call"
+    return ModelResponse(text, request.model, provider, TokenUsage(tokens(seen), tokens(text)))
+
+
+def _arguments(tool: ToolSpec, message: str) -> dict[str, Any]:
+    """The tool's parameters that the user's message, a JSON object, has values for; a tool of
+    one parameter takes a message that is not an object as that parameter."""
+    params = list((tool.parameters.get("properties") or {}).keys())
+    try:
+        found = json.loads(message)
+    except ValueError:
+        found = message
+    if isinstance(found, dict):
+        return {p: found[p] for p in params if p in found}
+    return {params[0]: found} if len(params) == 1 else {}
