@@ -112,12 +112,12 @@ def test_triage_parks_for_approval_then_replies_or_escalates(
         run = client.create_run("support-triage", ticket)
         wait_status(client, run.id, "waiting")
         assert receiver.hits == []  # nothing is sent before a person says so
-        client.decide(run.id, "review", "approve", "refund confirmed")
+        client.approve(run.id, "review", comment="refund confirmed")
         done = client.wait(run.id, timeout=60)
         assert done.status == "succeeded", done.error
         rejected = client.create_run("support-triage", ticket | {"ticket": "T-1002"})
         wait_status(client, rejected.id, "waiting")
-        client.decide(rejected.id, "review", "reject", "needs a human")
+        client.approve(rejected.id, "review", decision="reject", comment="needs a human")
         assert client.wait(rejected.id, timeout=60).status == "succeeded"
     [reply] = [h for h in receiver.hits if h.path == "/replies"]
     assert reply.body["ticket"] == "T-1001" and reply.body["category"] == "billing"
