@@ -6,16 +6,27 @@ JSON, or ``{"text": message}`` when it is not JSON). ``offline/tools`` plays a p
 model: it calls each tool it is offered once, in order, with the arguments it can take from the
 user's message, then answers with what the tools returned. Both answer from the conversation
 alone, so a re-sent turn gets the same answer. Tokens are counted as one per four characters,
-and it costs nothing. Everything it answers is labeled provider ``offline``.
+and it costs nothing. Streamed, it sends its answer a word at a time. Everything it answers is
+labeled provider ``offline``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import re
 from typing import Any
 
-from lantern.models.records import ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec
+from lantern.config import offline_word_delay
+from lantern.models.records import (
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    TokenUsage,
+    ToolCall,
+    ToolSpec,
+)
 
 PREFIX = "offline/"
 MODELS = frozenset({"offline/echo", "offline/tools"})
@@ -31,9 +42,15 @@ class OfflineProvider:
     async def aclose(self) -> None:
         pass
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def __init__(self, word_delay_s: float | None = None) -> None:
+        self.word_delay_s = offline_word_delay() if word_delay_s is None else word_delay_s
+
+    async def complete(self, request: ModelRequest, on_text: OnText | None = None) -> ModelResponse:
         if request.model == "offline/tools":
-            return _use_tools(request, self.name)
+            answer = _use_tools(request, self.name)
+            if on_text is not None and answer.text:
+                on_text(answer.text)
+            return answer
         users = [m.content for m in request.messages if m.role == "user"]
         prompt = users[-1] if users else ""
         text = prompt
@@ -44,6 +61,12 @@ class OfflineProvider:
                 text = json.dumps({"text": prompt})
         if request.max_tokens is not None:
             text = text[: request.max_tokens * 4]
+        if on_text is not None:
+            # Streamed a word at a time (LANTERN_OFFLINE_WORD_DELAY apart), so the demo and the
+            # browser show live text without a key.
+            for word in re.findall(r"\S+\s*|\s+", text):
+                on_text(word)
+                await asyncio.sleep(self.word_delay_s)
         seen = "".join([request.system or "", *(m.content for m in request.messages)])
         return ModelResponse(
             text=text,
