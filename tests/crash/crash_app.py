@@ -19,6 +19,10 @@ import lantern
 from lantern.store import NewEvent
 
 app = lantern.App()
+if os.environ.get("LANTERN_TEST_PRELOAD_OPENAI"):
+    # Imported at start: the SDK's first import blocks the event loop (for seconds on a busy
+    # machine), which a test that times leases must not mistake for a step's time.
+    import openai  # noqa: F401
 _CRASH_AFTER = os.environ.get("LANTERN_TEST_CRASH_AFTER", "")
 _CRASH_RUN = os.environ.get("LANTERN_TEST_CRASH_RUN", "")
 

@@ -110,6 +110,7 @@ async def facts(
             "OTEL_BSP_SCHEDULE_DELAY": "50",
             "LANTERN_LEASE_TTL": "5s",  # the killed replica's lease expires soon
             "LANTERN_RECOVERY_INTERVAL": "500ms",
+            "LANTERN_TEST_PRELOAD_OPENAI": "1",
             "LANTERN_TEST_CRASH_RUN": run.id,
         }
         doomed = Serve(
