@@ -56,6 +56,7 @@ class Settings:
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
     data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
     signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
+    egress_allow: str | None = None  # LANTERN_EGRESS_ALLOW: non-public peers tenants may reach
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,6 +75,7 @@ class Settings:
             smtp_url=smtp_url(e),
             data_dir=e.get("LANTERN_DATA_DIR") or None,
             signing_key=e.get("LANTERN_SIGNING_KEY") or None,
+            egress_allow=egress_allow(e),
         )
 
     @property
@@ -94,3 +96,9 @@ def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
     send (see lantern.effects.email for its forms), so a step fails clearly without it."""
     e = os.environ if env is None else env
     return e.get("LANTERN_SMTP_URL") or None
+
+
+def egress_allow(env: Mapping[str, str] | None = None) -> str | None:
+    """LANTERN_EGRESS_ALLOW (CONTRACT §12), or None: tenant URLs reach public addresses only."""
+    e = os.environ if env is None else env
+    return e.get("LANTERN_EGRESS_ALLOW") or None

@@ -14,6 +14,7 @@ import uvicorn
 from lantern.app import load_app
 from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
+from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
 from lantern.models.registry import check_configuration
 from lantern.receipts.keys import load_ring
@@ -60,6 +61,7 @@ def serve(
         tools = load_app(app_spec)
         check_configuration()
         load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
+        EgressPolicy.parse(s.egress_allow)  # and so is a bad LANTERN_EGRESS_ALLOW
     except LanternError as exc:
         fail(str(exc), 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

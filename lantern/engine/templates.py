@@ -7,12 +7,15 @@ a tool that changes its arguments never changes the input or the outputs later s
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import re
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
+import markupsafe
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from lantern.errors import TemplateError
@@ -33,6 +36,63 @@ def render(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     if isinstance(value, list):
         return [render(v, context, where=f"{where}[{i}]") for i, v in enumerate(value)]
     return value
+
+
+def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
+    """A URL template: a value interpolated into it is percent-encoded (``/``, ``?``, ``#``
+    and ``@`` too), so input cannot change the host, the path's shape or the query. A value
+    that begins the URL (``{{ input.base }}/hook``) is the base URL itself and is kept as is,
+    as is a value marked ``|safe``; where either points is the egress policy's to check."""
+    if not isinstance(value, str) or _SINGLE.match(value) is not None:
+        return render(value, context, where=where)
+    if "{{" not in value and "{%" not in value:
+        return value
+    if "\x00" in value:
+        raise TemplateError(f"template error{_place(where)}: a NUL character in a URL")
+    values: list[Any] = []
+    token = _URL_VALUES.set(values)
+    try:
+        marked = _url_template(value).render(**context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _URL_VALUES.reset(token)
+
+    def substitute(match: re.Match[str]) -> str:
+        item = values[int(match.group(1))]
+        if match.start() == 0 or isinstance(item, markupsafe.Markup):
+            return str(item)
+        return quote(str(item), safe="")
+
+    return _MARK.sub(substitute, marked)
+
+
+# Each value a URL template prints becomes a mark; render_url then decides, by where the
+# mark landed, whether to percent-encode it. The list is per render (a context variable).
+_URL_VALUES: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "lantern_url_values", default=None
+)
+_MARK = re.compile("\x00(\\d+)\x00")
+
+
+def _mark(value: Any) -> Any:
+    values = _URL_VALUES.get()
+    if values is None:
+        return value
+    values.append(value)
+    return f"\x00{len(values) - 1}\x00"
+
+
+_URL_ENV = ImmutableSandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=False, finalize=_mark
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _url_template(source: str) -> jinja2.Template:
+    return _URL_ENV.from_string(source)
 
 
 def _render_string(text: str, context: dict[str, Any], where: str) -> Any:

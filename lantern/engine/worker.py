@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
-import httpx
-
+from lantern import config
 from lantern.app import App
+from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
@@ -39,8 +39,11 @@ class Worker:
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self.store = store
+        # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
+        self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
         self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
@@ -64,7 +67,7 @@ class Worker:
         )
 
     async def __aenter__(self) -> Worker:
-        http = await self._stack.enter_async_context(httpx.AsyncClient())
+        http = await self._stack.enter_async_context(client(self.egress))
         self.runner = Runner(
             self.store,
             self._app,

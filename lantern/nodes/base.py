@@ -41,6 +41,12 @@ class StepContext:
             self.node.data.get(field, default), dict(self.scope), where=f"{self.node.id}.{field}"
         )
 
+    def render_url(self, field: str) -> Any:
+        """``data[field]`` as a URL template: interpolated values percent-encoded."""
+        return templates.render_url(
+            self.node.data.get(field), dict(self.scope), where=f"{self.node.id}.{field}"
+        )
+
     def tool_context(self) -> ToolContext:
         return ToolContext(
             self.run_id, self.step_id, self.attempt, self.idempotency_key, self.deliveries.once

@@ -15,12 +15,13 @@ async def execute(ctx: StepContext) -> Any:
     return await http.send(
         ctx.http,
         method=str(ctx.node.data.get("method", "POST")).upper(),
-        url=ctx.render("url"),
+        url=ctx.render_url("url"),
         headers=ctx.render("headers", {}),
         body=ctx.render("body"),
         idempotency_key=ctx.idempotency_key,
         timeout_s=float(ctx.node.data.get("timeoutMs", 30_000)) / 1000,
         signing_secrets=await ctx.signing_secrets(),
+        follow_redirects=bool(ctx.node.data.get("followRedirects", False)),
     )
 
 

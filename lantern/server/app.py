@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
+from lantern.effects.egress import EgressPolicy
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
@@ -44,6 +45,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
+            egress=EgressPolicy.parse(settings.egress_allow),
         )
         async with worker:
             api.state.services = Services(store, worker, settings, issuer)
