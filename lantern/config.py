@@ -56,7 +56,10 @@ class Settings:
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
     data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
     signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
-    egress_allow: str | None = None  # LANTERN_EGRESS_ALLOW: non-public peers tenants may reach
+    egress_allow: str | None = None
+    secrets_key: str | None = field(
+        default=None, repr=False
+    )  # LANTERN_SECRETS_KEY  # LANTERN_EGRESS_ALLOW: non-public peers tenants may reach
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,6 +79,7 @@ class Settings:
             data_dir=e.get("LANTERN_DATA_DIR") or None,
             signing_key=e.get("LANTERN_SIGNING_KEY") or None,
             egress_allow=egress_allow(e),
+            secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
         )
 
     @property

@@ -18,6 +18,7 @@ from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
 from lantern.models.registry import check_configuration
 from lantern.receipts.keys import load_ring
+from lantern.secrets import box, redact
 from lantern.server.app import create_app
 
 
@@ -62,9 +63,11 @@ def serve(
         check_configuration()
         load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
         EgressPolicy.parse(s.egress_allow)  # and so is a bad LANTERN_EGRESS_ALLOW
+        box.load(s.secrets_key, s.data_path)  # and LANTERN_SECRETS_KEY, or a readable key file
     except LanternError as exc:
         fail(str(exc), 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    redact.install_log_filter()  # no log line shows a secret value a step substituted
     for noisy in ("httpx", "httpx2"):  # a line per request (the model SDKs' too) drowns the rest
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("lantern").info(

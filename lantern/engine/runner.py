@@ -42,8 +42,10 @@ from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.nodes.base import WAITING_TYPES, Noted, Waiting
+from lantern.nodes.secrets import with_secrets
 from lantern.observability import metrics, tracing
 from lantern.observability.steps import observed
+from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -66,8 +68,10 @@ class Runner:
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        vault: Callable[[], Vault] | None = None,
     ) -> None:
         self.store = store
+        self._vault = vault  # made on first use: most runs never open a secret
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
@@ -79,6 +83,12 @@ class Runner:
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
         self.retry_rates = RetryRates()
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
+
+    async def secret_values(self, workspace: str) -> dict[str, str]:
+        """The workspace's secrets, opened, for a step that dispatches now."""
+        if self._vault is None:
+            return {}
+        return await self._vault().values(workspace)
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
         """Recent usage of the agent's steps, read at most once a minute per agent."""
@@ -561,8 +571,9 @@ class _Drive:
                 lambda: spend.of_graph(self.graph, self.outputs),
             ),
             start_child=functools.partial(self._start_child, step, attempt),
+            secrets=functools.partial(self.r.secret_values, self.run.workspace),
         )
-        work = observed(executor_for(node.type), ctx)
+        work = observed(with_secrets(executor_for(node.type)), ctx)
         limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
         if limit is not None:
             work = _within(work, limit, step)

@@ -18,6 +18,8 @@ from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
+from lantern.secrets import box
+from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.records import Lease
 
@@ -40,10 +42,12 @@ class Worker:
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         egress: EgressPolicy | None = None,
+        vault: Vault | None = None,
     ) -> None:
         self.store = store
         # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
         self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
+        self._vault = vault
         self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
@@ -78,8 +82,17 @@ class Worker:
             max_recoveries=self.max_recoveries,
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
+            vault=self.vault,
         )
         return self
+
+    def vault(self) -> Vault:
+        """The vault given, else one over this store with the key the environment names
+        (LANTERN_SECRETS_KEY or the data dir's key file), made when a step first needs it."""
+        if self._vault is None:
+            s = config.Settings.from_env()
+            self._vault = Vault(self.store, box.load(s.secrets_key, s.data_path))
+        return self._vault
 
     async def __aexit__(self, *exc: object) -> None:
         await self.keeper.close()

@@ -34,6 +34,9 @@ class StepContext:
     gate: Gate | None = None
     # Start (or find, on a re-run) this step attempt's child run: (agent name, input) -> run id
     start_child: Callable[[str, Any], Awaitable[str]] | None = None
+    # The workspace's secrets, opened (name -> value), for nodes/secrets.py alone: templates
+    # see them only while the step runs, and never through ``scope``.
+    secrets: Callable[[], Awaitable[dict[str, str]]] | None = None
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""

@@ -11,6 +11,7 @@ from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.errors import Forbidden, NotFound
 from lantern.receipts.issue import Issuer
+from lantern.secrets.vault import Vault
 from lantern.server import auth
 from lantern.store.base import Store
 from lantern.store.records import ApiKey, Run
@@ -22,6 +23,7 @@ class Services:
     worker: Worker
     settings: Settings
     issuer: Issuer
+    vault: Vault
 
 
 def services(request: Request) -> Services:

@@ -21,6 +21,8 @@ from lantern.store.records import (
     RunStatus,
     RunUpdate,
     RunUsage,
+    SealedSecret,
+    SecretInfo,
     SigningKey,
     StoredReceipt,
     WorkerInfo,
@@ -200,6 +202,19 @@ class Store(Protocol):
     async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
         """Make ``secret`` the current one; the one it replaces keeps signing for ``overlap_s``
         seconds more (0: it stops at once, for a leaked secret)."""
+
+    # workspace secrets (CONTRACT §12): sealed by lantern.secrets before they get here
+    async def put_secret(self, workspace: str, name: str, key_id: str, sealed: bytes) -> SecretInfo:
+        """Create or replace the workspace's secret ``name``."""
+
+    async def list_secrets(self, workspace: str) -> list[SecretInfo]:
+        """The workspace's secrets by name: names and times only."""
+
+    async def delete_secret(self, workspace: str, name: str) -> bool:
+        """Delete one; False when the workspace has no such secret."""
+
+    async def sealed_secrets(self, workspace: str) -> list[SealedSecret]:
+        """The workspace's secrets as stored, for the executor to open."""
 
     # receipts: one signed receipt per finished run, and every key that ever signed one
     async def journal_head(self, run_id: str) -> tuple[int, str | None]:

@@ -58,6 +58,9 @@ class Probe:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        deadline = time.monotonic() + PROBE_LIMIT * 2
+        while self.answers == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # an attack shorter than one probe still gets one
         self._stop.set()
         self._thread.join(10)
 
@@ -141,13 +144,20 @@ def connector_agent(name: str, url: str, **data: Any) -> dict[str, Any]:
     }
 
 
+Answer = tuple[int, dict[str, str], bytes]
+
+
 @dataclass
 class Peer:
     """A real HTTP server on 127.0.0.1 answering from ``routes`` (path -> (status, headers,
-    body)); it counts every request, so a test can assert that nothing reached it."""
+    body)); it counts every request, so a test can assert that nothing reached it. With
+    ``echo``, a path no route names is answered with the request itself as JSON (its path,
+    headers and body), with status 500 when the path starts with /fail."""
 
-    routes: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
+    routes: dict[str, Answer] = field(default_factory=dict)
     hits: list[str] = field(default_factory=list)
+    echo: bool = False
+    received: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         peer = self
@@ -157,10 +167,10 @@ class Peer:
 
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
+                raw = self.rfile.read(length) if length else b""
                 peer.hits.append(self.path)
-                status, headers, body = peer.routes.get(self.path, (200, {}, b'{"ok": true}'))
+                peer.received.append(str(self.headers).encode() + self.path.encode() + raw)
+                status, headers, body = peer.routes.get(self.path) or self._default(raw)
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -170,6 +180,17 @@ class Peer:
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _default(self, raw: bytes) -> Answer:
+                if not peer.echo:
+                    return 200, {}, b'{"ok": true}'
+                echoed = {
+                    "path": self.path,
+                    "headers": dict(self.headers.items()),
+                    "body": raw.decode(errors="replace"),
+                }
+                status = 500 if self.path.startswith("/fail") else 200
+                return status, {"Content-Type": "application/json"}, json.dumps(echoed).encode()
 
             do_GET = do_POST = do_PUT = _answer
 
