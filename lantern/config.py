@@ -57,6 +57,10 @@ class Settings:
     data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
     signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
     egress_allow: str | None = None
+    # LANTERN_OPERATOR_WORKSPACE: its admin keys see every workspace on /v1/workers and, with
+    # LANTERN_METRICS=admin, read /metrics
+    operator_workspace: str | None = None
+    metrics_public: bool = True  # LANTERN_METRICS: "public" (default) or "admin"
     secrets_key: str | None = field(
         default=None, repr=False
     )  # LANTERN_SECRETS_KEY  # LANTERN_EGRESS_ALLOW: non-public peers tenants may reach
@@ -79,6 +83,8 @@ class Settings:
             data_dir=e.get("LANTERN_DATA_DIR") or None,
             signing_key=e.get("LANTERN_SIGNING_KEY") or None,
             egress_allow=egress_allow(e),
+            operator_workspace=e.get("LANTERN_OPERATOR_WORKSPACE") or None,
+            metrics_public=_metrics_public(e),
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
         )
 
@@ -100,6 +106,20 @@ def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
     send (see lantern.effects.email for its forms), so a step fails clearly without it."""
     e = os.environ if env is None else env
     return e.get("LANTERN_SMTP_URL") or None
+
+
+def _metrics_public(env: Mapping[str, str]) -> bool:
+    raw = env.get("LANTERN_METRICS", "public").strip().lower()
+    if raw not in ("public", "admin"):
+        raise UsageError(f"LANTERN_METRICS={raw!r} must be public or admin")
+    return raw == "public"
+
+
+def max_queued_runs(env: Mapping[str, str] | None = None) -> int:
+    """LANTERN_MAX_QUEUED_RUNS: runs one workspace may have queued at once (CONTRACT §12)."""
+    from lantern.limits import MAX_QUEUED_RUNS
+
+    return _integer(os.environ if env is None else env, "LANTERN_MAX_QUEUED_RUNS", MAX_QUEUED_RUNS)
 
 
 def egress_allow(env: Mapping[str, str] | None = None) -> str | None:

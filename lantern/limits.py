@@ -13,6 +13,14 @@ from typing import Any
 # JSON nesting: run input, step outputs, HTTP answers. Deeper values would recurse through
 # every later copy, dump and render of the value (Python's default stack runs out near 1,000).
 MAX_JSON_DEPTH = 100
+# Agent definitions: PUT /v1/agents answers 413 past the size, 422 past the counts.
+MAX_DEFINITION_BYTES = 1024 * 1024
+MAX_NODES = 1000
+MAX_EDGES = 10_000
+# Sub-agents: how deep a chain of runs starting runs may go, and how many runs one workspace
+# may have queued at once (settable: LANTERN_MAX_QUEUED_RUNS).
+MAX_SUBAGENT_DEPTH = 10
+MAX_QUEUED_RUNS = 1000
 # An HTTP connector's answer, read as a stream and refused once past this (decompressed).
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 
@@ -43,11 +51,30 @@ def depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+def too_deep_problem(limit: int = MAX_JSON_DEPTH) -> str:
+    return f"it nests deeper than the limit of {limit} levels"
+
+
 def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> Any:
     """``value``, or TooDeep when it nests past ``limit``."""
     if depth_exceeds(value, limit):
         raise TooDeep(limit)
     return value
+
+
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a JSON request body nests past ``limit``. Counting brackets is C-fast, so only
+    a body with more than ``limit`` of them is parsed to measure; a body that is not JSON is
+    not this check's business (the route answers 400)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return depth_exceeds(value, limit)
 
 
 def loads(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from lantern import limits
 from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import interpreter, spend, waits
@@ -385,8 +386,10 @@ class _Drive:
             return None
         if not isinstance(outcome, StepError):
             try:
-                body = dumps(outcome)
-                problem = text_problem(body)
+                # Deeper values would recurse through every later dump, copy and render.
+                deep = limits.depth_exceeds(outcome)
+                body = "" if deep else dumps(outcome)
+                problem = limits.too_deep_problem() if deep else text_problem(body)
                 if problem is None:
                     # Downstream steps see exactly what a replay would read back. Canonical
                     # JSON (the hash chain) refuses what JSON cannot carry exactly, such as
@@ -584,6 +587,7 @@ class _Drive:
         """Create this step attempt's child run, or find it after a crash: its id is derived
         from (run, step, attempt), so a re-drive never starts a second one."""
         child_id = child_run_id(self.run.id, step, attempt)
+        await self._check_depth(agent)
         try:
             await create_run(
                 self.r.store,
@@ -598,6 +602,21 @@ class _Drive:
             raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc
         self.r.on_queued()
         return child_id
+
+    async def _check_depth(self, agent: str) -> None:
+        """A run at the end of a chain of MAX_SUBAGENT_DEPTH parents starts no child: an
+        agent that calls itself is a chain, not a fork bomb. The walk stops at the limit."""
+        depth, parent = 0, self.run.parent_id
+        while parent is not None and depth < limits.MAX_SUBAGENT_DEPTH:
+            depth += 1
+            above = await self.r.store.get_run(parent)
+            parent = above.parent_id if above is not None else None
+        if depth >= limits.MAX_SUBAGENT_DEPTH:
+            raise StepError(
+                f"sub-agent {agent!r}: this run is {depth} sub-agents deep, the limit "
+                f"of {limits.MAX_SUBAGENT_DEPTH}; it starts no more",
+                error_class="tool",
+            )
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         started = time.perf_counter()

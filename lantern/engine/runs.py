@@ -7,11 +7,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern import config, limits
 from lantern.engine.graph import parse_agent
-from lantern.errors import Conflict, DefinitionError, UsageError
+from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
-from lantern.store.codec import value_problem
+from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
@@ -24,6 +25,11 @@ async def apply_agent(
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])
+    size = len(dumps(definition).encode())
+    if size > limits.MAX_DEFINITION_BYTES:
+        raise TooLarge(
+            f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
+        )
     graph = parse_agent(definition)
     return await store.put_agent(workspace, graph.name, definition)
 
@@ -47,6 +53,16 @@ async def create_run(
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
     digest = _request_digest(agent_name, input)
+    if idempotency_key is not None:
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is not None:
+            return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    quota = config.max_queued_runs()
+    if await store.queued_count(workspace, quota) >= quota:
+        raise UsageError(
+            f"workspace {workspace!r} has {quota} runs queued, the limit "
+            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
+        )
     now = datetime.now(UTC)
     run = Run(
         id=run_id or new_run_id(),

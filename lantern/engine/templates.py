@@ -16,11 +16,12 @@ from urllib.parse import quote
 
 import jinja2
 import markupsafe
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from lantern.errors import TemplateError
+from lantern.sandbox import LimitedEnvironment, budgeted, render_bounded
 
-_ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+# The sandbox with a bounded cost: output size, steps, big powers (lantern/sandbox.py).
+_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
 # One ``{{ expression }}`` alone, whitespace-control markers (``{{-``, ``{{+``, ``-}}``) aside.
 _SINGLE = re.compile(r"^\s*\{\{[-+]?(?P<expr>(?:(?!\{\{|\}\}).)*?)-?\}\}\s*$", re.S)
 
@@ -52,7 +53,7 @@ def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     values: list[Any] = []
     token = _URL_VALUES.set(values)
     try:
-        marked = _url_template(value).render(**context)
+        marked = render_bounded(_url_template(value), context)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template error{_place(where)}: {exc}") from exc
     except Exception as exc:
@@ -85,9 +86,7 @@ def _mark(value: Any) -> Any:
     return f"\x00{len(values) - 1}\x00"
 
 
-_URL_ENV = ImmutableSandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=False, finalize=_mark
-)
+_URL_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, finalize=_mark)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -101,11 +100,12 @@ def _render_string(text: str, context: dict[str, Any], where: str) -> Any:
     try:
         single = _SINGLE.match(text)
         if single is not None:
-            result = _expression(single.group("expr"))(**context)
+            expression = _expression(single.group("expr"))
+            result = budgeted(lambda: expression(**context))
             if isinstance(result, jinja2.Undefined):
                 str(result)  # StrictUndefined raises here, naming what is missing
             return copy.deepcopy(result)
-        return _template(text).render(**context)
+        return render_bounded(_template(text), context)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template error{_place(where)}: {exc}") from exc
     except Exception as exc:  # the expression itself failed: 1 / 0, 1 + "a", a range too big

@@ -18,6 +18,7 @@ from lantern.errors import (
     Forbidden,
     LanternError,
     NotFound,
+    TooLarge,
     Unauthorized,
     UsageError,
 )
@@ -27,6 +28,7 @@ log = logging.getLogger("lantern.server")
 MEDIA_TYPE = "application/problem+json"
 _STATUS: list[tuple[type[LanternError], int]] = [
     (DefinitionError, 422),
+    (TooLarge, 413),
     (UsageError, 422),
     (Unauthorized, 401),
     (Forbidden, 403),

@@ -203,6 +203,13 @@ class Store(Protocol):
         """Make ``secret`` the current one; the one it replaces keeps signing for ``overlap_s``
         seconds more (0: it stops at once, for a leaked secret)."""
 
+    async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` belong to ``workspace``."""
+
+    # per-workspace limits (CONTRACT §12)
+    async def queued_count(self, workspace: str, at_most: int) -> int:
+        """How many of the workspace's runs are queued, counting no further than ``at_most``."""
+
     # workspace secrets (CONTRACT §12): sealed by lantern.secrets before they get here
     async def put_secret(self, workspace: str, name: str, key_id: str, sealed: bytes) -> SecretInfo:
         """Create or replace the workspace's secret ``name``."""

@@ -22,12 +22,21 @@ WITH expired AS (
     WHERE l.expires_at > 'epoch' AND l.expires_at <= now() AND r.status IN ({statuses})
     ORDER BY l.expires_at LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
+), fair AS (
+    -- Fair across workspaces: the oldest queued run of each workspace, then the second oldest
+    -- of each, ... so one tenant's backlog cannot starve the others. (A window cannot be
+    -- locked, so the runs it picks are locked below.)
+    SELECT id FROM (
+        SELECT r.id, r.created_at,
+               row_number() OVER (PARTITION BY r.workspace ORDER BY r.created_at) AS turn
+        FROM runs r
+        WHERE r.status = 'queued' AND %(queued)s
+          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+    ) q ORDER BY turn, created_at LIMIT %(limit)s
 ), unleased AS (
     SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
     FROM runs r
-    WHERE r.status = 'queued' AND %(queued)s
-      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
-    ORDER BY r.created_at LIMIT %(limit)s
+    WHERE r.id IN (SELECT id FROM fair) AND r.status = 'queued'
     FOR NO KEY UPDATE OF r SKIP LOCKED
 ), woken AS (
     -- Parked runs that are due: woken by a decision, a finished child or a timeout.

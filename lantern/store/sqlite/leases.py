@@ -55,10 +55,14 @@ class Leases(SQLiteConnection):
             f" WHERE l.expires_at > 0 AND l.expires_at <= ? AND r.status IN ({marks})"
             " ORDER BY l.expires_at LIMIT ?"
         )
+        # Fair across workspaces: the oldest queued run of each workspace, then the second
+        # oldest of each, ... so one tenant's backlog cannot starve the others.
         unleased = (
-            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'queued'"
-            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
-            " ORDER BY r.created_at LIMIT ?"
+            "SELECT id, NULL, NULL FROM (SELECT r.id, r.created_at, ROW_NUMBER() OVER"
+            " (PARTITION BY r.workspace ORDER BY r.created_at) AS turn FROM runs r"
+            " WHERE r.status = 'queued'"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
+            " ORDER BY turn, created_at LIMIT ?"
         )
         # Parked runs that are due: woken by a decision, a finished child or a timeout.
         woken = (

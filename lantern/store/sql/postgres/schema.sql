@@ -160,3 +160,5 @@ CREATE TABLE secrets (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workspace, name)
 );
+
+CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';

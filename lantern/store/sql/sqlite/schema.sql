@@ -153,3 +153,5 @@ CREATE TABLE secrets (
     updated_at  REAL NOT NULL,
     PRIMARY KEY (workspace, name)
 );
+
+CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';
