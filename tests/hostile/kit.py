@@ -158,6 +158,9 @@ class Peer:
     hits: list[str] = field(default_factory=list)
     echo: bool = False
     received: list[bytes] = field(default_factory=list)
+    # Requests to /hold... wait until ``release`` is set; /big/N answers N MB in chunks,
+    # /slow answers a byte every 0.2 s, /deep/N a JSON array nested N deep.
+    release: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         peer = self
@@ -170,6 +173,14 @@ class Peer:
                 raw = self.rfile.read(length) if length else b""
                 peer.hits.append(self.path)
                 peer.received.append(str(self.headers).encode() + self.path.encode() + raw)
+                if self.path.startswith("/hold"):
+                    peer.release.wait(60)
+                if self.path.startswith(("/big/", "/slow")):
+                    self._stream()
+                    return
+                if self.path.startswith("/deep/"):
+                    n = int(self.path.rsplit("/", 1)[1])
+                    peer.routes[self.path] = (200, {}, b"[" * n + b"]" * n)
                 status, headers, body = peer.routes.get(self.path) or self._default(raw)
                 self.send_response(status)
                 for name, value in headers.items():
@@ -180,6 +191,25 @@ class Peer:
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _stream(self) -> None:
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    if self.path.startswith("/big/"):
+                        chunk = b"x" * 65536
+                        for _ in range(int(self.path.rsplit("/", 1)[1]) * 16):
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    else:
+                        for _ in range(300):
+                            self.wfile.write(b"1\r\nx\r\n")
+                            self.wfile.flush()
+                            time.sleep(0.2)
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
 
             def _default(self, raw: bytes) -> Answer:
                 if not peer.echo:

@@ -155,3 +155,8 @@ CREATE TABLE secrets (
 );
 
 CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';
+
+CREATE TABLE workspace_claims (
+    workspace   TEXT PRIMARY KEY,
+    claimed_at  REAL NOT NULL
+);
