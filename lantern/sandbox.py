@@ -32,7 +32,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 MAX_OUTPUT = 1_000_000  # characters a render (or any string it builds) may hold
 MAX_ITEMS = 100_000  # items any list it builds may hold
-MAX_STEPS = 100_000  # loop iterations plus calls, per render
+MAX_STEPS = 25_000  # loop iterations plus calls, per render
 MAX_POWER_BITS = 4096  # ``a ** b`` may make an integer of at most this many bits
 
 

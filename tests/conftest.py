@@ -26,6 +26,9 @@ BACKENDS = ["sqlite", "postgres"]
 # test starts. tests/hostile/ start their servers with the policy they test instead.
 LOOPBACK_ALLOW = "127.0.0.1,::1,localhost"
 os.environ.setdefault("LANTERN_EGRESS_ALLOW", LOOPBACK_ALLOW)
+# Load and concurrency tests send hundreds of requests a second with one key; the per-key
+# rate limit has its own tests (tests/hostile/test_rates.py), which set it.
+os.environ.setdefault("LANTERN_RATE_LIMIT", "0")
 
 
 @pytest.fixture(scope="session")

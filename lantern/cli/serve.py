@@ -79,6 +79,12 @@ def serve(
             host=s.host,
             port=s.port,
             access_log=False,
+            # Bounds for clients that hold connections open (slowloris) or open thousands:
+            # past max_connections uvicorn answers 503; headers are at most 16 KiB; an idle
+            # keep-alive connection closes after 5 s. The body's read time is the Guard's.
+            limit_concurrency=s.max_connections,
+            h11_max_incomplete_event_size=16 * 1024,
+            timeout_keep_alive=5,
             log_level="info",
             timeout_graceful_shutdown=int(grace_s) or 1,
         )

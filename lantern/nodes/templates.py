@@ -39,6 +39,26 @@ def render(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     return value
 
 
+def render_html(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
+    """An HTML template: every interpolated value is HTML-escaped unless marked ``|safe``."""
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return value
+    try:
+        return render_bounded(_html_template(value), context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+
+
+_HTML_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _html_template(source: str) -> jinja2.Template:
+    return _HTML_ENV.from_string(source)
+
+
 def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     """A URL template: a value interpolated into it is percent-encoded (``/``, ``?``, ``#``
     and ``@`` too), so input cannot change the host, the path's shape or the query. A value

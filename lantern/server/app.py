@@ -27,6 +27,7 @@ from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
+from lantern.server.ratelimit import Limiter
 from lantern.server.routes import agents, health, receipts, runs, secrets, ui, workers
 from lantern.store.base import open_store
 
@@ -52,7 +53,9 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             vault=vault,
         )
         async with worker:
-            api.state.services = Services(store, worker, settings, issuer, vault)
+            api.state.services = Services(
+                store, worker, settings, issuer, vault, Limiter(settings.rate_limit)
+            )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             try:
                 yield
@@ -73,4 +76,4 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]
-    return Guard(api, settings.max_body_bytes)
+    return Guard(api, settings.max_body_bytes, settings.body_timeout)

@@ -4,6 +4,7 @@ not JSON, NUL characters), and a last catch so an unexpected error never drops a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from urllib.parse import unquote_to_bytes
 
@@ -20,9 +21,10 @@ class _TooLarge(BaseException):  # not Exception: the framework must not turn it
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,9 +38,14 @@ class Guard:
             # The body whole, before a route parses it: JSON nested past the depth limit is
             # refused here, at every route's parse, rather than recursing through the app.
             try:
-                body, disconnected = await self._read(receive)
+                async with asyncio.timeout(self.body_timeout):
+                    body, disconnected = await self._read(receive)
             except _TooLarge:
                 await problem(413, self._too_large)(scope, receive, send)
+                return
+            except TimeoutError:  # a client trickling its body (slowloris) holds nothing long
+                detail = f"the request body did not arrive within {self.body_timeout:g} s"
+                await problem(408, detail)(scope, receive, send)
                 return
             if limits.json_too_deep(body):
                 detail = f"the request body nests deeper than the limit of {limits.MAX_JSON_DEPTH}"

@@ -22,6 +22,7 @@ from lantern.errors import (
     Unauthorized,
     UsageError,
 )
+from lantern.server.ratelimit import RateLimited
 
 log = logging.getLogger("lantern.server")
 
@@ -56,6 +57,10 @@ def problem(status: int, detail: str, **extra: Any) -> ProblemResponse:
 
 def _lantern_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LanternError)
+    if isinstance(exc, RateLimited):
+        limited = problem(429, str(exc))
+        limited.headers["Retry-After"] = str(exc.retry_after)
+        return limited
     for kind, status in _STATUS:
         if isinstance(exc, kind):
             if isinstance(exc, DefinitionError):
