@@ -62,7 +62,9 @@ async def send(
         # Ours alone: a user header of the same name (any case) would travel beside it.
         for name in [k for k in request_headers if k.lower() == signing.HEADER.lower()]:
             del request_headers[name]
-        request_headers[signing.HEADER] = signing.sign(signing_secrets, content)
+        request_headers[signing.HEADER] = signing.sign(
+            signing_secrets, content, method=method, url=url, delivery=idempotency_key
+        )
     try:
         # timeout_s bounds the whole request, not each read: a peer trickling a byte a second
         # would otherwise hold the step for ever.
