@@ -152,3 +152,10 @@ def egress_allow(env: Mapping[str, str] | None = None) -> str | None:
     """LANTERN_EGRESS_ALLOW (CONTRACT §12), or None: tenant URLs reach public addresses only."""
     e = os.environ if env is None else env
     return e.get("LANTERN_EGRESS_ALLOW") or None
+
+
+def offline_word_delay(env: Mapping[str, str] | None = None) -> float:
+    """LANTERN_OFFLINE_WORD_DELAY (a Go duration, default 0s): how long the offline provider
+    waits between the words it streams, so a demo's live text can be watched arriving."""
+    e = os.environ if env is None else env
+    return _duration(e, "LANTERN_OFFLINE_WORD_DELAY", "0s", positive=False)

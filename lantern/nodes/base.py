@@ -48,6 +48,8 @@ class StepContext:
     # The workspace's secrets, opened (name -> value), for nodes/secrets.py alone: templates
     # see them only while the step runs, and never through ``scope``.
     secrets: Callable[[], Awaitable[dict[str, str]]] | None = None
+    # Where a model step sends its answer's pieces as they are generated (live text).
+    on_text: Callable[[str], None] | None = None
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""

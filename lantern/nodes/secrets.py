@@ -32,7 +32,9 @@ def with_secrets(execute: NodeExecutor) -> NodeExecutor:
             raise StepError(str(exc), error_class="tool") from None
         redact.remember(values)
         scrub = redact.Redactor(values)
-        given = dataclasses.replace(ctx, scope={**ctx.scope, "secrets": dict(values)})
+        # No live text for such a step: a value echoed across two pieces of streamed text
+        # could not be scrubbed; its output, scrubbed, is journaled as always.
+        given = dataclasses.replace(ctx, scope={**ctx.scope, "secrets": dict(values)}, on_text=None)
         try:
             answer = await execute(given)
         except Exception as exc:

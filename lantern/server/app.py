@@ -28,7 +28,7 @@ from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
 from lantern.server.ratelimit import Limiter
-from lantern.server.routes import agents, health, receipts, runs, secrets, ui, workers
+from lantern.server.routes import agents, health, receipts, runs, secrets, stream, ui, workers
 from lantern.store.base import open_store
 
 
@@ -72,7 +72,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, agents, secrets, workers, health, receipts, ui):
+    for module in (runs, stream, agents, secrets, workers, health, receipts, ui):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]
