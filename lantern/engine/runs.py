@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -21,7 +22,17 @@ DEFAULT_WORKSPACE = "default"
 async def apply_agent(
     store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
 ) -> AgentVersion:
-    """Validate (raising DefinitionError with every problem) and store a new version."""
+    """Validate (raising DefinitionError with every problem) and store a new version.
+
+    Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
+    template parsed): it runs on a thread, so the event loop every tenant shares keeps
+    answering meanwhile."""
+    graph = await asyncio.to_thread(_validated, definition)
+    return await store.put_agent(workspace, graph.name, definition)
+
+
+def _validated(definition: Any) -> Any:
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph."""
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])
@@ -30,8 +41,7 @@ async def apply_agent(
         raise TooLarge(
             f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
         )
-    graph = parse_agent(definition)
-    return await store.put_agent(workspace, graph.name, definition)
+    return parse_agent(definition)
 
 
 async def create_run(
