@@ -32,7 +32,14 @@ async def apply_agent(
 
 
 def _validated(definition: Any) -> Any:
-    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph."""
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph;
+    a graph past the node limit is refused before anything walks it."""
+    graph = definition.get("graph") if isinstance(definition, dict) else None
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    if isinstance(nodes, list) and len(nodes) > limits.MAX_NODES:
+        raise DefinitionError(
+            [f"the graph has {len(nodes)} nodes; the limits are {limits.MAX_NODES} nodes"]
+        )
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])

@@ -120,7 +120,7 @@ def test_a_definition_past_the_limits_is_refused_and_not_stored(
     cycle = chain("cycle", 900)
     cycle["graph"]["edges"].append({"source": "n899", "target": "n1"})
     cases = [
-        (chain("chain", 4000), 422, "limits are"),
+        (chain("chain", 4000), 422, "the limits are"),
         (huge, 413, "limit"),
         (nested, 422, "nests deeper"),
         (cycle, 422, "cycle"),
