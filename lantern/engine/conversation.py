@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpd
 if TYPE_CHECKING:
     from lantern.engine.runner import Runner
 
+log = logging.getLogger("lantern.conversation")
+
 # The action, its attempt, and (a retry waiting out its backoff) when that attempt is due,
 # in epoch ms: it is journaled as started only then.
 Step = tuple[turns.CallModel | turns.CallTool, int, int | None]
@@ -60,6 +63,7 @@ class Conversation:
         self.models = registry.default()
         self._begun: Step | None = None
         self._opened = False
+        self._uninterruptible: list[str] = []  # sync tool steps a cancel had to wait for
         # A plain agent has no graph to pause at: a "pause" policy is recorded, not applied.
         self.detector = Detector(
             run.workspace,
@@ -172,10 +176,21 @@ class Conversation:
         finally:
             cancel.cancel()
         if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await self._cancel([])
-            return None
+            if self._interruptible(action):
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await self._cancel([])
+                return None
+            # A sync tool runs in a thread, which cannot be interrupted: its return is the
+            # next step boundary, where the run stops with what the tool did journaled.
+            log.warning(
+                "run %s: cancel requested while sync tool step %s runs in a thread, which"
+                " cannot be interrupted; the run stops when it returns",
+                self.run.id,
+                action.step,
+            )
+            self._uninterruptible.append(action.step)
+            await asyncio.wait([task])
         exc = task.exception()
         if exc is not None and not isinstance(exc, StepError):
             raise exc
@@ -324,8 +339,17 @@ class Conversation:
             return {"error": problem}
         return result
 
+    def _interruptible(self, action: turns.CallModel | turns.CallTool) -> bool:
+        if isinstance(action, turns.CallModel) or action.tool is None:
+            return True
+        tool = self.r.app.tools.get(action.tool)
+        return tool is None or tool.interruptible
+
     async def _cancel(self, events: list[NewEvent]) -> None:
-        events.append(self.writer.event("run_cancelled", {"by": "request"}))
+        data: dict[str, Any] = {"by": "request"}
+        if self._uninterruptible:
+            data["uninterruptible"] = self._uninterruptible
+        events.append(self.writer.event("run_cancelled", data))
         await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:

@@ -33,7 +33,7 @@ from lantern.engine import interpreter, spend, waits
 from lantern.engine.anomalies import RUN_TOTALS, Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.conversation import Conversation
-from lantern.engine.graph import Graph, PlainAgent, parse_agent
+from lantern.engine.graph import Graph, Node, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
@@ -181,6 +181,7 @@ class _Drive:
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
         self.tasks: dict[asyncio.Task[Any], str] = {}
+        self.uninterruptible: set[asyncio.Task[Any]] = set()  # sync tools, in threads
         # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
         self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
         self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
@@ -325,13 +326,38 @@ class _Drive:
             cancel.cancel()
 
     async def _cancel(self, events: list[NewEvent]) -> None:
-        """Stop the steps in flight and journal the cancellation (with what did complete)."""
+        """Stop the steps in flight and journal the cancellation (with what did complete).
+
+        An async step is cancelled at once. A sync tool runs in a thread, which Python cannot
+        interrupt: the run waits for it to return, journals how it ended, and stops there, at
+        the next step boundary; ``run_cancelled`` names such steps (``uninterruptible``).
+        """
+        running = self.uninterruptible
+        sync = sorted(s for t, s in self.tasks.items() if t in running and not t.done())
+        if sync:
+            log.warning(
+                "run %s: cancel requested while sync tool step(s) %s run in a thread, which"
+                " cannot be interrupted; the run stops when they return",
+                self.run.id,
+                ", ".join(sync),
+            )
         for task in [*self.tasks, *self.timers]:
-            task.cancel()
+            if task not in self.uninterruptible:
+                task.cancel()
         await asyncio.gather(*self.tasks, *self.timers, return_exceptions=True)
+        for task, step in self.tasks.items():
+            if task.cancelled():
+                continue
+            exc = task.exception()
+            if exc is None or isinstance(exc, StepError):
+                self._settle(step, exc if exc is not None else task.result(), events, [])
         self.tasks.clear()
         self.timers.clear()
-        events.append(self.writer.event("run_cancelled", {"by": "request"}))
+        self.uninterruptible.clear()
+        data: dict[str, Any] = {"by": "request"}
+        if sync:
+            data["uninterruptible"] = sync
+        events.append(self.writer.event("run_cancelled", data))
         await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
 
     async def _steps(self, cancel: asyncio.Future[Any]) -> None:
@@ -346,6 +372,7 @@ class _Drive:
             backoffs: list[tuple[str, int, int]] = []
             for task in done:
                 step = self.tasks.pop(task)
+                self.uninterruptible.discard(task)
                 exc = task.exception()
                 if exc is not None and not isinstance(exc, StepError):
                     raise exc
@@ -568,6 +595,8 @@ class _Drive:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)
         self.tasks[task] = step
+        if not _interruptible(self.r.app, node):
+            self.uninterruptible.add(task)
 
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:
         """Create this step attempt's child run, or find it after a crash: its id is derived
@@ -603,6 +632,14 @@ class _Drive:
         metrics.committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
+
+
+def _interruptible(app: App, node: Node) -> bool:
+    """False for a tool node whose tool is a sync function (it runs in a thread)."""
+    if node.type != "tool":
+        return True
+    tool = app.tools.get(str(node.data.get("tool")))
+    return tool is None or tool.interruptible
 
 
 async def _within(work: Awaitable[Any], limit: float, step: str) -> Any:

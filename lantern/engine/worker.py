@@ -64,6 +64,7 @@ class Worker:
         )
 
     async def __aenter__(self) -> Worker:
+        self.keeper.start()  # its loops live as long as the worker
         http = await self._stack.enter_async_context(httpx.AsyncClient())
         self.runner = Runner(
             self.store,
