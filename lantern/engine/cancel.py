@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import suppress
 
+from lantern.engine import commits
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
 from lantern.observability import metrics
@@ -32,7 +33,8 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         if state.terminal is None:
             w = EventWriter(run_id, state.last_seq, state.last_hash)
             event = w.event("run_cancelled", {"by": "request"})
-            await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
+            batch = Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED))
+            await commits.append(store, batch, patience=ttl)
             metrics.committed((event,))
         else:
             await store.release_lease(lease)

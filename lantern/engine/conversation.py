@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lantern.app import ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import turns
+from lantern.engine import commits, turns
 from lantern.engine.anomalies import Detector, signature
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import PlainAgent
@@ -353,7 +353,10 @@ class Conversation:
         await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
-        await self.r.store.append(Append(self.lease, tuple(events), update))
+        batch = Append(self.lease, tuple(events), update)
+        await commits.append(
+            self.r.store, batch, patience=self.r.keeper.ttl, health=self.r.write_health
+        )
         self._committed(events, update)
 
     def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:

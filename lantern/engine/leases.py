@@ -27,6 +27,7 @@ from lantern.store.records import Lease
 log = logging.getLogger("lantern.leases")
 
 CANCEL_POLL = 0.5  # seconds between looks for cancellation requests
+RENEW_BATCH = 1000  # leases renewed per statement
 
 
 class LeaseKeeper:
@@ -91,21 +92,25 @@ class LeaseKeeper:
                 log.exception("lease renewal pass failed")
 
     async def _renew_all(self) -> None:
-        for lease in list(self._held.values()):
+        """Every held lease in one statement: thousands of runs cost one round trip a tick."""
+        leases = list(self._held.values())
+        for start in range(0, len(leases), RENEW_BATCH):
+            batch = leases[start : start + RENEW_BATCH]
             sent = time.monotonic()  # the new expiry counts from about when the request left
             try:
-                ok = await self.store.renew_lease(lease, self.ttl)
+                renewed = await self.store.renew_leases(batch, self.ttl)
             except Exception as exc:  # the database is away: try again next tick
-                log.warning("could not renew the lease of run %s: %s", lease.run_id, exc)
+                log.warning("could not renew %d lease(s): %s", len(batch), exc)
                 continue
-            if ok:
-                if self._held.get(lease.run_id) == lease:
-                    self._renewed[lease.run_id] = sent
-            else:
-                if lease.run_id in self._held:  # not given up meanwhile by its own drive
+            for lease in batch:
+                if lease.run_id in renewed:
+                    if self._held.get(lease.run_id) == lease:
+                        self._renewed[lease.run_id] = sent
+                    continue
+                if self._held.get(lease.run_id) == lease:  # not given up meanwhile by its drive
                     log.warning("run %s: lease epoch %s was taken over", lease.run_id, lease.epoch)
-                self._lost.add(lease.run_id)
-                self.drop(lease)
+                    self._lost.add(lease.run_id)
+                    self.drop(lease)
 
     async def _watch_cancels(self) -> None:
         while True:

@@ -29,7 +29,7 @@ import httpx
 
 from lantern.app import App
 from lantern.effects.claims import Deliveries
-from lantern.engine import interpreter, spend, waits
+from lantern.engine import commits, interpreter, spend, waits
 from lantern.engine.anomalies import RUN_TOTALS, Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
 from lantern.engine.conversation import Conversation
@@ -38,7 +38,14 @@ from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
-from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
+from lantern.errors import (
+    Conflict,
+    LeaseLost,
+    NotFound,
+    StepError,
+    StoreUnavailable,
+    UsageError,
+)
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.nodes.base import WAITING_TYPES, Noted, Waiting
@@ -78,6 +85,7 @@ class Runner:
         self.stopping = stopping or asyncio.Event()
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
         self.retry_rates = RetryRates()
+        self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
@@ -102,15 +110,32 @@ class Runner:
         ``lease``, when given, was won before this call (by a claim), so the run read here is
         current: a queued run then has no journal to read.
         """
-        run = await self.store.get_run(run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} not found")
-        if run.finished:
-            return run  # re-driving a finished run invokes nothing and writes nothing
-        with tracing.drive(run, self.worker_id):
-            result = await self._drive(run, lease)
-            tracing.drive_ended(result)
-            return result
+        deadline: float | None = None
+        delay = commits.FIRST_DELAY
+        while True:
+            try:
+                run = await self.store.get_run(run_id)
+                if run is None:
+                    raise NotFound(f"run {run_id} not found")
+                if run.finished:
+                    return run  # re-driving a finished run invokes nothing and writes nothing
+                with tracing.drive(run, self.worker_id):
+                    result = await self._drive(run, lease)
+                    tracing.drive_ended(result)
+                    return result
+            except StoreUnavailable as exc:
+                # The database blinked outside a commit (a read, a delivery's claim), or for
+                # longer than a commit waits. While the lease could still be ours, wait and
+                # re-drive from the journal under a new epoch: the step in flight runs again
+                # with its key, and nothing waits out a lease.
+                now = time.monotonic()
+                deadline = deadline or now + self.keeper.ttl
+                if now + delay > deadline or self.stopping.is_set():
+                    raise
+                log.warning("run %s: %s; re-driving in %.2f s", run_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, commits.MAX_DELAY)
+                lease = None
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
         run_id = run.id
@@ -619,7 +644,10 @@ class _Drive:
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         started = time.perf_counter()
-        await self.r.store.append(Append(self.lease, tuple(events), update))
+        batch = Append(self.lease, tuple(events), update)
+        await commits.append(
+            self.r.store, batch, patience=self.r.keeper.ttl, health=self.r.write_health
+        )
         metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
         self._committed(events, update)
 

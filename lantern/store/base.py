@@ -127,6 +127,9 @@ class Store(Protocol):
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         """Extend the lease; False when its epoch is no longer current."""
 
+    async def renew_leases(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        """Extend many leases in one statement; the run ids whose epoch was still current."""
+
     async def release_lease(self, lease: Lease) -> None:
         """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""
 

@@ -263,7 +263,7 @@ class Journal(PostgresConnection):
             won = await self._write(batch)
         except psycopg.errors.IntegrityError as exc:
             if len(batch) == 1:
-                return [_refused(batch[0], exc)]
+                return [None if await self._landed(batch[0]) else _refused(batch[0], exc)]
             # Isolate the offender so the other runs' events still land.
             return [await self._append_alone(item) for item in batch]
         return [
@@ -275,8 +275,22 @@ class Journal(PostgresConnection):
         try:
             won = await self._write([item])
         except psycopg.errors.IntegrityError as exc:
+            if await self._landed(item):
+                return None
             return _refused(item, exc)
         return None if won else LeaseLost(item.lease.run_id, item.lease.epoch)
+
+    async def _landed(self, item: Append) -> bool:
+        """Whether this very append is already stored: sent again after a commit whose answer
+        was lost, its events collide with themselves (same run, seq and hash)."""
+        if not item.events or item.events[-1].hash is None:
+            return False  # an unchained event cannot be told from another at its seq
+        last = item.events[-1]
+        row = await self._fetchone(
+            "SELECT hash FROM journal_events WHERE run_id = %s AND seq = %s",
+            (item.lease.run_id, last.seq),
+        )
+        return row is not None and row[0] == last.hash
 
     async def _write(self, batch: Sequence[Append]) -> set[str]:
         events: list[dict[str, Any]] = []

@@ -120,7 +120,8 @@ class Journal(Leases):
             try:
                 return [await self._write(lambda c: _append_one(c, batch[0]))]
             except sqlite3.IntegrityError as exc:
-                return [_refused(batch[0], exc)]
+                landed = await self._read(lambda c: _landed(c, batch[0]))
+                return [None if landed else _refused(batch[0], exc)]
         return await self._write(lambda c: [_isolated(c, item) for item in batch])
 
     async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
@@ -153,9 +154,22 @@ def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
         outcome = _append_one(conn, item)
     except sqlite3.IntegrityError as exc:
         conn.execute("ROLLBACK TO one_append")
-        outcome = _refused(item, exc)
+        outcome = None if _landed(conn, item) else _refused(item, exc)
     conn.execute("RELEASE one_append")
     return outcome
+
+
+def _landed(conn: sqlite3.Connection, item: Append) -> bool:
+    """Whether this very append is already stored (sent again after a failed answer): its
+    last event collides with itself, same run, seq and hash."""
+    if not item.events or item.events[-1].hash is None:
+        return False  # an unchained event cannot be told from another at its seq
+    last = item.events[-1]
+    row = conn.execute(
+        "SELECT hash FROM journal_events WHERE run_id = ? AND seq = ?",
+        (item.lease.run_id, last.seq),
+    ).fetchone()
+    return row is not None and bool(row[0] == last.hash)
 
 
 def _refused(item: Append, exc: Exception) -> StoreError:
