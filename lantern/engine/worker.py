@@ -34,7 +34,7 @@ class Worker:
         *,
         worker_id: str,
         lease_ttl: float,
-        max_concurrent: int = 64,
+        max_concurrent: int = 256,
         poll_interval: float = 0.2,
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
@@ -148,6 +148,7 @@ class Worker:
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
         self._wake.set()
+        self.recovery.slot_freed()
 
     async def _drive(self, run_id: str, lease: Lease | None) -> object:
         assert self.runner is not None
