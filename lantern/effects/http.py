@@ -3,12 +3,14 @@ Lantern-Signature over the exact body bytes when the workspace has a signing sec
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from lantern import outbound
 from lantern.effects import signing
 from lantern.errors import StepError
 from lantern.observability import tracing
@@ -57,10 +59,16 @@ async def send(
             del request_headers[name]
         request_headers[signing.HEADER] = signing.sign(signing_secrets, content)
     try:
-        response = await client.request(
-            method, url, headers=request_headers, content=content or None, timeout=timeout_s
-        )
-    except httpx.TimeoutException as exc:
+        # The step's timeout starts once the request holds its host's slot, when it is sent.
+        async with outbound.QUEUES.slot(outbound.host_of(url)), asyncio.timeout(timeout_s):
+            response = await client.request(
+                method,
+                url,
+                headers=request_headers,
+                content=content or None,
+                timeout=outbound.timeout(timeout_s),
+            )
+    except (httpx.TimeoutException, TimeoutError) as exc:
         raise StepError(
             f"http connector: {method} {url} timed out", error_class="timeout", retryable=True
         ) from exc

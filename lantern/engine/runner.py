@@ -110,6 +110,17 @@ class Runner:
         ``lease``, when given, was won before this call (by a claim), so the run read here is
         current: a queued run then has no journal to read.
         """
+        if lease is not None:
+            # Renewed from now on: a busy replica may take a while to reach the first step,
+            # and a lease that expired meanwhile would be stolen (even by our own sweep).
+            self.keeper.hold(lease)
+        try:
+            return await self._drive_patiently(run_id, lease)
+        finally:
+            if lease is not None:
+                self.keeper.drop(lease)  # whatever ended the drive, renew it no more
+
+    async def _drive_patiently(self, run_id: str, lease: Lease | None) -> Run | None:
         deadline: float | None = None
         delay = commits.FIRST_DELAY
         while True:
@@ -135,6 +146,8 @@ class Runner:
                 log.warning("run %s: %s; re-driving in %.2f s", run_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, commits.MAX_DELAY)
+                if lease is not None:
+                    self.keeper.drop(lease)  # the re-drive takes a new epoch
                 lease = None
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
@@ -615,7 +628,7 @@ class _Drive:
             start_child=functools.partial(self._start_child, step, attempt),
         )
         work = observed(executor_for(node.type), ctx)
-        limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
+        limit = None if node.type in WAITING_TYPES or _times_itself(node) else timeout_s(node.data)
         if limit is not None:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)
@@ -660,6 +673,12 @@ class _Drive:
         metrics.committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
+
+
+def _times_itself(node: Node) -> bool:
+    """An http connector applies its ``timeoutMs`` from the moment its request is sent, so
+    time spent queued for a connection slot is not counted against it."""
+    return node.type == "connector" and node.data.get("connector", "http") == "http"
 
 
 def _interruptible(app: App, node: Node) -> bool:

@@ -12,8 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
-import httpx
-
+from lantern import outbound
 from lantern.app import App
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.recovery import RecoveryLoop
@@ -65,7 +64,8 @@ class Worker:
 
     async def __aenter__(self) -> Worker:
         self.keeper.start()  # its loops live as long as the worker
-        http = await self._stack.enter_async_context(httpx.AsyncClient())
+        outbound.configure(self.max_concurrent)
+        http = await self._stack.enter_async_context(outbound.client())
         self.runner = Runner(
             self.store,
             self._app,

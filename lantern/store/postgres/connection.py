@@ -3,16 +3,18 @@ most writes, one dedicated connection for journal appends, and migrations.
 
 The database going away is an expected event, not a crash. Every connection has a connect
 timeout, TCP keepalives and a user timeout (a dead peer is noticed in seconds, not after the
-kernel's two hours), and a statement timeout; the pool checks a connection before lending it
-and replaces broken ones in the background. A lost connection, a refused connect or a
-timeout surfaces as ``StoreUnavailable``, which callers treat as "try again": a statement
-that only reads is sent again here, a journal append by the engine (it carries its sequence).
+kernel's two hours), and a statement timeout; the pool checks a connection that sat idle
+before lending it and replaces broken ones in the background. A lost connection, a refused
+connect or a timeout surfaces as ``StoreUnavailable``, which callers treat as "try again": a
+statement that only reads is sent again here, a journal append by the engine (it carries its
+sequence, so it cannot land twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +35,7 @@ CONNECT_TIMEOUT_S = 5  # a refused or unanswered connect fails fast; the pool tr
 STATEMENT_TIMEOUT_MS = 30_000  # no statement of ours takes this long unless something hangs
 TCP_USER_TIMEOUT_MS = 10_000  # unacknowledged data for this long: the peer is gone
 POOL_WAIT_S = 10  # how long a call waits for a pooled connection while the pool reconnects
+CHECK_IDLE_S = 1.0  # a pooled connection idle longer than this is checked before use
 READ_ATTEMPTS = 3  # a read is sent again across a lost connection (nothing it did is lost)
 TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
@@ -68,10 +71,17 @@ class PostgresConnection:
             open=False,
             kwargs=self._kwargs,
             name="lantern",
-            check=AsyncConnectionPool.check_connection,
+            check=self._check,
             timeout=POOL_WAIT_S,
         )
         self._writer: psycopg.AsyncConnection[TupleRow] | None = None
+        self._last_used: dict[int, float] = {}  # id(connection) -> when it last worked
+
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Check a connection that sat idle before lending it (a restart of the server breaks
+        idle connections silently); one in use a moment ago is not worth a round trip."""
+        if time.monotonic() - self._last_used.get(id(conn), 0.0) > CHECK_IDLE_S:
+            await AsyncConnectionPool.check_connection(conn)
 
     async def open(self) -> None:
         await self._pool.open(wait=True, timeout=30)
@@ -102,6 +112,7 @@ class PostgresConnection:
         try:
             async with self._pool.connection() as conn:
                 yield conn
+                self._last_used[id(conn)] = time.monotonic()
         except TRANSIENT as exc:
             raise unavailable(exc) from exc
 
