@@ -166,8 +166,11 @@ class Store(Protocol):
         An update to a finished status also releases the lease, in the same transaction.
         """
 
-    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
-        """The run's journal in sequence order, in one query."""
+    async def events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, blobs: bool = False
+    ) -> list[Event]:
+        """The run's journal in sequence order after ``after``, at most ``limit`` events, in
+        one indexed query (a page's cost does not depend on where it starts)."""
 
     # run control: a parked (``waiting``) run holds no lease; whatever resumes it sets its
     # ``wake_at`` to now, and the dispatcher claims due parked runs like queued ones

@@ -116,7 +116,7 @@ async def events(
 ) -> dict[str, Any]:
     store = services(request).store
     await owned_run(store, run_id, key)
-    found = await store.events(run_id, after=after)
+    found = await store.events(run_id, after=after, limit=limit + 1)  # one more: is there a next?
     page = found[:limit]
     return {
         "items": [event_json(e) for e in page],
