@@ -13,7 +13,7 @@ from lantern import outbound
 from lantern.errors import StepError, UsageError
 from lantern.models import pricing, router
 from lantern.models.budget import Gate
-from lantern.models.records import ModelRequest, ModelResponse
+from lantern.models.records import ModelRequest, ModelResponse, OnText
 from lantern.models.registry import Models, wire_model
 
 
@@ -48,7 +48,11 @@ class ModelResult:
         return out
 
 
-async def call(models: Models, request: ModelRequest, gate: Gate | None) -> ModelResult:
+async def call(
+    models: Models, request: ModelRequest, gate: Gate | None, *, on_text: OnText | None = None
+) -> ModelResult:
+    """``on_text``, when given, receives the answer's text piece by piece as it is generated
+    (the provider streams); the result is the same either way."""
     try:
         names = router.candidates(request.model, models.routes)
     except UsageError as exc:
@@ -60,7 +64,9 @@ async def call(models: Models, request: ModelRequest, gate: Gate | None) -> Mode
         provider = models.provider(model)
         try:
             async with outbound.QUEUES.slot(f"model:{provider.name}"):
-                response = await provider.complete(replace(request, model=wire_model(model)))
+                response = await provider.complete(
+                    replace(request, model=wire_model(model)), on_text
+                )
         except StepError as exc:
             if not exc.retryable or index == len(names) - 1:
                 raise

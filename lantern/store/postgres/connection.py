@@ -26,6 +26,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from lantern.errors import StoreUnavailable
 from lantern.store.migrations import migrations
+from lantern.store.notify import Notifier
+from lantern.store.postgres.notify import Relay
 
 log = logging.getLogger("lantern.store")
 
@@ -75,6 +77,8 @@ class PostgresConnection:
             timeout=POOL_WAIT_S,
         )
         self._writer: psycopg.AsyncConnection[TupleRow] | None = None
+        self.notifier = Notifier()  # journal commits, relayed to the other replicas
+        self._relay = Relay(url, self.notifier, self._kwargs)
         self._last_used: dict[int, float] = {}  # id(connection) -> when it last worked
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -100,8 +104,10 @@ class PostgresConnection:
                         "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                         (m.version, m.name),
                     )
+        await self._relay.start()
 
     async def close(self) -> None:
+        await self._relay.close()
         if self._writer is not None:
             await self._writer.close()
         await self._pool.close()

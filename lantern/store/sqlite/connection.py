@@ -19,6 +19,7 @@ from typing import NoReturn, TypeVar
 
 from lantern.errors import StoreUnavailable
 from lantern.store.migrations import migrations
+from lantern.store.notify import Notifier
 
 log = logging.getLogger("lantern.store")
 
@@ -38,6 +39,7 @@ class SQLiteConnection:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-r")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self.notifier = Notifier()  # journal commits, within this process only
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
