@@ -12,11 +12,12 @@ that answers every request after ``--delay`` seconds (default 2). Two kinds of r
   ``OPENAI_BASE_URL`` pointing at the peer (which answers in the chat-completions format).
 
 For each kind and each N (default 500, 2,000, 5,000): the runs are created in-process
-(``create_run``), then the bench waits until the peer holds all N requests at once and reads
-the process's resident memory; printed: how many succeeded, the wall time from the first create
-to the last run finished, resident memory per waiting run (RSS with N waiting minus RSS before,
-over N), the most requests the peer held at once, and the p50/p99 of the journal commit latency
-(``lantern_journal_write_seconds``, interpolated within its buckets). Target: 5,000 in flight,
+(``create_run``), and the bench watches until every run has finished, reading the process's
+resident memory while runs wait on the peer. Printed: how many succeeded, the wall time from
+the first create to the last run finished, resident memory per waiting run (the most RSS seen
+while runs waited, minus RSS before, over the most requests the peer held at once), that most,
+and the p50/p99 of the journal commit latency (``lantern_journal_write_seconds``, interpolated
+within its buckets). Target: 5,000 in flight,
 all succeed, under 50 KiB per waiting run.
 
     .venv/bin/python bench/concurrency.py [--runs 500,2000,5000] [--kind http,model]
@@ -192,27 +193,24 @@ async def one(kind: str, n: int, delay: float, sqlite: bool, tmp: Path) -> None:
                     )
                 )
                 ids += [r.id for r in made]
-            waiting_rss = 0
-            while True:
-                stats = await peer_stats(client, peer)
-                waiting_rss = max(waiting_rss, rss_kib())
-                if stats["inFlight"] >= n or stats["served"] >= n:
-                    break
-                await asyncio.sleep(0.1)
+            waiting_rss = 0  # the most resident memory seen while runs wait on the peer
             statuses: list[str] = []
             while True:
+                stats = await peer_stats(client, peer)
+                if stats["inFlight"] > 0:
+                    waiting_rss = max(waiting_rss, rss_kib())
                 runs = [await store.get_run(i) for i in ids]
                 statuses = [r.status for r in runs if r is not None]
                 if all(s in ("succeeded", "failed", "cancelled") for s in statuses):
                     break
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.1 if stats["inFlight"] < n else 0.5)
             wall = time.monotonic() - started
-            most = (await peer_stats(client, peer))["most"]
+            most = (await peer_stats(client, peer))["most"]  # runs that waited at once
             await worker.stop(grace=5)
             await serving
             await registry.default().aclose()
         ok = statuses.count("succeeded")
-        per_run = (waiting_rss - before) / n
+        per_run = (waiting_rss - before) / max(1, most)  # over the runs that waited at once
         print(
             f"{kind:5} N={n:5}  succeeded {ok}/{n}  wall {wall:6.1f} s  "
             f"RSS {per_run:5.1f} KiB per waiting run  peer held {most} at once  "

@@ -149,7 +149,7 @@ async def finish_three_runs(store: Store) -> None:
 async def start_slow(store: Store, agent: str) -> str:
     run = await create_run(store, agent, {})
     started[run.id] = threading.Event()
-    assert await asyncio.to_thread(started[run.id].wait, 10), "the slow step never started"
+    assert await asyncio.to_thread(started[run.id].wait, 30), "the slow step never started"
     return run.id
 
 
