@@ -60,6 +60,11 @@ class Tool:
     # server's tool brings its own); the server then checks the arguments itself.
     schema: Mapping[str, Any] | None = field(default=None, compare=False)
 
+    @property
+    def interruptible(self) -> bool:
+        """An async tool is cancelled at once; a sync one runs in a thread, which cannot be."""
+        return inspect.iscoroutinefunction(self.fn)
+
     async def call(self, context: ToolContext, args: dict[str, Any]) -> Any:
         kwargs = dict(args)
         if self.context_param is not None:

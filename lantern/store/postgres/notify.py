@@ -44,9 +44,17 @@ class Relay:
     replica or a command that follows nothing holds no extra connection.
     """
 
-    def __init__(self, url: str, notifier: Notifier, execute: Execute) -> None:
+    def __init__(
+        self,
+        url: str,
+        notifier: Notifier,
+        execute: Execute,
+        connect: dict[str, Any] | None = None,
+    ) -> None:
         self.url = url
         self.notifier = notifier
+        # The store's timeouts and keepalives, so a listener on a dead server notices it.
+        self._connect: dict[str, Any] = {**(connect or {}), "autocommit": True}
         self.channel = "lantern_journal"
         self._execute = execute
         self._outbox: dict[str, int] = {}
@@ -88,7 +96,7 @@ class Relay:
             )
 
     async def _listen(self) -> psycopg.AsyncConnection[TupleRow]:
-        conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(self.url, **self._connect)
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:
