@@ -1,10 +1,11 @@
 """Lantern: durable execution for AI agents.
 
-Users import the App (their tools), the ToolContext a tool may ask for, the API clients
-(Client, AsyncClient) with their result types, and one tree of errors.
+Users import the App (their tools and code-first agents), the ToolContext a tool may ask
+for, the Context a code-first agent receives (with its ModelReply and Approval), the API
+clients (Client, AsyncClient) with their result types, and one tree of errors.
 """
 
-from lantern.app import App, ToolContext
+from lantern.app import App, Approval, Context, ModelReply, ToolContext
 from lantern.errors import (
     Conflict,
     DefinitionError,
@@ -47,6 +48,7 @@ __all__ = [
     "Agent",
     "ApiError",
     "App",
+    "Approval",
     "AsyncClient",
     "AuthenticationError",
     "BadRequest",
@@ -54,12 +56,14 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "Context",
     "DefinitionError",
     "Event",
     "Forbidden",
     "InvalidResponse",
     "LanternError",
     "LeaseLost",
+    "ModelReply",
     "NotFound",
     "NotFoundError",
     "Page",
