@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -32,6 +32,7 @@ from lantern.effects.claims import Deliveries
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.anomalies import RUN_TOTALS, Anomaly, Detector, RetryRates
 from lantern.engine.cancel import CANCELLED
+from lantern.engine.code_agents import CodeSpec
 from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
@@ -47,6 +48,9 @@ from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
+
+if TYPE_CHECKING:
+    from lantern.engine.functions import FunctionDrive
 
 log = logging.getLogger("lantern.runner")
 
@@ -76,7 +80,7 @@ class Runner:
         self.worker_id = worker_id
         self.http = http
         self.stopping = stopping or asyncio.Event()
-        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
+        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | CodeSpec] = {}
         self.retry_rates = RetryRates()
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
 
@@ -153,18 +157,25 @@ class Runner:
             updated_at=datetime.now(UTC),
         )
 
-    async def _graph(self, run: Run) -> Graph | PlainAgent:
+    async def _graph(self, run: Run) -> Graph | PlainAgent | CodeSpec:
         key = (run.workspace, run.agent_name, run.agent_version)
         graph = self._graphs.get(key)
         if graph is None:
             agent = await self.store.get_agent(*key)
             if agent is None:
                 raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
-            graph = self._graphs[key] = parse_agent(agent.definition)
+            code = CodeSpec.of(agent.definition)
+            graph = self._graphs[key] = code or parse_agent(agent.definition)
         return graph
 
 
-def _new_drive(runner: Runner, run: Run, agent: Graph | PlainAgent) -> _Drive | Conversation:
+def _new_drive(
+    runner: Runner, run: Run, agent: Graph | PlainAgent | CodeSpec
+) -> _Drive | Conversation | FunctionDrive:
+    if isinstance(agent, CodeSpec):
+        from lantern.engine.functions import FunctionDrive
+
+        return FunctionDrive(runner, run, agent)
     if isinstance(agent, PlainAgent):
         return Conversation(runner, run, agent)
     return _Drive(runner, run, agent)
@@ -582,6 +593,7 @@ class _Drive:
                 idempotency_key=f"subagent:{child_id}",
                 run_id=child_id,
                 parent_id=self.run.id,
+                app=self.r.app,
             )
         except (NotFound, UsageError, Conflict) as exc:
             raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc

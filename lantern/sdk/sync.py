@@ -185,6 +185,9 @@ class Client:
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
 
+    def resume(self, run_id: str, version: str) -> Run:
+        return self._thread.run(self._async.resume(run_id, version))
+
     def decide(
         self,
         run_id: str,

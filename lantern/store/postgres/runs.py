@@ -227,6 +227,14 @@ class Runs(PostgresConnection):
                 "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'", (run_id,)
             )
 
+    async def runs_waiting_for(self, agent_name: str, versions: Sequence[str]) -> list[str]:
+        rows = await self._fetchall(
+            "SELECT id FROM runs WHERE agent_name = %s AND waiting_for = ANY(%s)"
+            " AND status = 'waiting' ORDER BY id LIMIT 100",
+            (agent_name, list(versions)),
+        )
+        return [r[0] for r in rows]
+
     async def children(self, run_id: str) -> list[Run]:
         rows = await self._fetchall(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = %s ORDER BY id", (run_id,)
