@@ -120,7 +120,7 @@ def test_a_sleep_survives_sigkill_parked_with_no_lease_and_wakes_on_time(
         second.stop()
     assert run["status"] == "succeeded", run
     slept = run["output"]["after"] - run["output"]["before"]
-    due = [e["data"]["dueAt"] / 1000 for e in events if e["kind"] == "step_waiting"][0]
+    due = next(e["data"]["dueAt"] / 1000 for e in events if e["kind"] == "step_waiting")
     assert slept >= 3
     # Woken at its journaled due time (or as soon as a replica was up), not 3 s after that.
     assert run["output"]["after"] <= max(due, ready) + 2.5

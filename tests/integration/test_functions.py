@@ -330,7 +330,9 @@ async def test_a_replica_without_the_version_leaves_the_run_to_one_with_it(store
     left = await drive(store, v2, run.id, worker="new")
     assert left.status == "waiting" and left.waiting_for == "v1"
     parked = [e.data for e in await store.events(run.id) if e.kind == "run_parked"]
-    assert parked == [{"reason": "version", "version": "v1", "worker": "new", "workerVersion": "v2"}]
+    assert parked == [
+        {"reason": "version", "version": "v1", "worker": "new", "workerVersion": "v2"}
+    ]
     assert await store.runs_waiting_for("versioned", ["v2"]) == []
     assert await store.runs_waiting_for("versioned", ["v1"]) == [run.id]
     done = await drive(store, v1, run.id, worker="old")
