@@ -104,6 +104,7 @@ class FunctionDrive:
         self.idle = asyncio.Event()
         self.idle.set()
         self.closed = False  # the drive has ended: a Context kept past it is refused
+        self.fatal: BaseException | None = None  # a background commit failed: end with it
         self._opened = False
         self._pinned = spec.version
         # A code run has no graph to pause at: a "pause" policy is recorded, not applied.
@@ -250,6 +251,9 @@ class FunctionDrive:
         ]
         try:
             await asyncio.wait([task, *watch], return_when=asyncio.FIRST_COMPLETED)
+            if self.fatal is not None:
+                await self._stop_function(task, facade)
+                raise self.fatal
             if task.done():
                 await self._returned(task)
                 return
@@ -340,8 +344,7 @@ class FunctionDrive:
         else:
             data = {"error": update.error}
         self.pending += events
-        self.pending.append(self.writer.event(kind, data))
-        await self.durable(update)
+        await self.durable(update, (kind, data))
 
     async def _park(self) -> None:
         """Give the lease up and hold no task: a timer, a decision or a child wakes the run."""
@@ -425,15 +428,25 @@ class FunctionDrive:
         if self.pending and not self.closed:
             try:
                 await self.durable()
-            except LeaseLost:
-                self.halt.set()  # the next call of the function stops; the drive ends
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # a lost lease, the store away: end the drive with it
+                self.fatal = exc
+                self.halt.set()
 
-    async def durable(self, update: RunUpdate | None = None) -> None:
-        """Commit every event added so far (and ``update``), in order. Callers that come
-        while a commit is in flight are served together by the next one."""
+    async def durable(
+        self, update: RunUpdate | None = None, last: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
+        """Commit every event added so far (and ``update``, with its event ``last``), in
+        order. Callers that come while a commit is in flight are served together by the next
+        one. ``last`` is written only when its commit starts, so an event that ends the run
+        is never committed apart from the status it sets."""
         while self._durable_seq < self.writer.seq or update is not None:
             if self._flushing is None:
                 batch, self.pending = self.pending, []
+                if last is not None:
+                    batch.append(self.writer.event(*last))
+                    last = None
                 this, update = update, None
                 self._flushing = asyncio.ensure_future(self._commit(batch, this))
                 self._flushing.add_done_callback(self._flushed)
