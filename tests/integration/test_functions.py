@@ -337,3 +337,74 @@ async def test_a_replica_without_the_version_leaves_the_run_to_one_with_it(store
     assert await store.runs_waiting_for("versioned", ["v1"]) == [run.id]
     done = await drive(store, v1, run.id, worker="old")
     assert done.status == "succeeded" and done.output == "v1" and done.waiting_for is None
+
+
+async def test_model_tool_and_deliveries_are_steps_replayed_from_the_journal(
+    store: Store,
+) -> None:
+    app = lantern.App()
+    delivered: list[str] = []
+
+    @app.tool("crm.note")
+    async def note(ctx: lantern.ToolContext, text: str) -> dict[str, str]:
+        return {"noted": text, "key": ctx.idempotency_key}
+
+    @app.agent("writer")
+    async def writer(ctx: lantern.Context, topic: str) -> dict[str, Any]:
+        reply = await ctx.model("offline/echo", prompt=f"about {topic}", system="be brief")
+        noted = await ctx.tool("crm.note", text=reply.text)
+
+        async def send() -> str:
+            keys = {ctx.idempotency_key, ctx.key_for("mail")}
+            delivered.append(ctx.step_id)
+            return f"sent {len(keys)}"
+
+        sent = await ctx.deliver_once("mail", send)
+        return {"text": reply.text, "provider": reply.provider, "noted": noted, "sent": sent}
+
+    run = await create_run(store, "writer", {"topic": "owls"}, app=app)
+    done = await drive(store, app, run.id)
+    assert done.status == "succeeded", done.error
+    assert done.output["text"] == "about owls" and done.output["provider"] == "offline"
+    assert done.output["noted"]["noted"] == "about owls"
+    assert done.output["sent"] == "sent 2" and delivered == ["mail"]
+    assert done.usage.model_calls == 1
+    assert [d.name for d in await store.deliveries(run.id)] == ["mail"]
+    again = await drive(store, app, run.id)  # finished: nothing runs again
+    assert again.output == done.output and delivered == ["mail"]
+
+
+async def test_a_parked_run_is_cancelled_and_a_running_one_stops(store: Store) -> None:
+    from lantern.engine.cancel import cancel_run
+
+    app = lantern.App()
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    @app.agent("waits")
+    async def waits(ctx: lantern.Context) -> None:
+        await ctx.approval("ok", prompt="Go?")
+
+    @app.agent("busy")
+    async def busy(ctx: lantern.Context) -> None:
+        await ctx.step("done", lambda: 1)
+        await ctx.step("forever", forever)
+
+    parked = await create_run(store, "waits", None, app=app)
+    assert (await drive(store, app, parked.id)).status == "waiting"
+    cancelled = await cancel_run(store, parked.id, "api", 60)
+    assert cancelled.status == "cancelled"
+
+    run = await create_run(store, "busy", None, app=app)
+    async with Worker(store, app, worker_id="w1", lease_ttl=3) as w:
+        assert w.runner is not None
+        driving = asyncio.ensure_future(w.runner.drive(run.id))
+        await asyncio.wait_for(started.wait(), 10)
+        await cancel_run(store, run.id, "api", 3)
+        await asyncio.wait_for(driving, 10)
+    done = await store.get_run(run.id)
+    assert done is not None and done.status == "cancelled"
+    assert [k for k, _ in await kinds(store, run.id)][-1] == "run_cancelled"
