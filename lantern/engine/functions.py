@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from lantern.app import CodeAgent
 from lantern.engine import code_input, determinism
+from lantern.engine import events as ev
 from lantern.engine.anomalies import Detector, settings, signature
-from lantern.engine.cancel import CANCELLED
 from lantern.engine.code_agents import RUN_PARKED, CodeSpec, pinned_version
-from lantern.engine.journal import EventWriter, RunState, fold, recovery
+from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.errors import LeaseLost, StepError, UsageError
 from lantern.observability import metrics
 from lantern.store.codec import dumps, text_problem
@@ -165,7 +165,7 @@ class FunctionDrive:
         self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
         self._durable_seq = state.last_seq
         if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=CANCELLED), "run_cancelled")
+            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), "run_cancelled")
             return False
         self._pinned = pinned_version(self.spec, journal)
         if self.agent is None or self.agent.version != self._pinned:
@@ -285,7 +285,7 @@ class FunctionDrive:
     async def _stopped(self) -> None:
         """The function was stopped: journal why (and what did complete)."""
         if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=CANCELLED), "run_cancelled")
+            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), "run_cancelled")
         elif self.failure is not None:
             await self._end([], RunUpdate("failed", error=self.failure), "run_failed")
         elif self.parked:
@@ -468,7 +468,7 @@ class FunctionDrive:
             self.r.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
-        metrics.committed(events)
+        count_committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from lantern.engine.code_agents import RUN_REPINNED, CodeSpec, pinned_version
-from lantern.engine.journal import EventWriter, fold
+from lantern.engine.journal import EventWriter, count_committed, fold
 from lantern.errors import Conflict, NotFound, UsageError
-from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.records import Append, Run, RunUpdate
 
@@ -42,7 +41,7 @@ async def resume_run(store: Store, run_id: str, version: str, by: str, ttl: floa
     await store.append(Append(lease, (event,), update))
     if queued:
         await store.release_lease(lease)
-    metrics.committed((event,))
+    count_committed((event,))
     found = await store.get_run(run_id)
     assert found is not None
     return found
