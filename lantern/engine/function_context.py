@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from lantern.app import Approval, Context, ModelReply
 from lantern.effects.claims import Deliveries
 from lantern.engine import determinism, runs
+from lantern.engine import events as ev
 from lantern.engine.function_waits import resolved
 from lantern.engine.functions import FailedStep, FunctionDrive
 from lantern.engine.graph import RETRYABLE_CLASSES
@@ -315,7 +316,7 @@ class EngineContext(Context):
                 d.attempts[step] = attempt
                 if step not in d.order:
                     d.order.append(step)
-                await d.emit([("step_started", data, step, attempt)])
+                await d.emit([(ev.STEP_STARTED, data, step, attempt)])
             await d.durable()
             if d.must_stop():
                 await d.stopped()
@@ -345,12 +346,12 @@ class EngineContext(Context):
                     "delayMs": delay,
                     "dueAt": due,
                 }
-                await d.emit([("step_retrying", retrying, step, attempt + 1)])
+                await d.emit([(ev.STEP_RETRYING, retrying, step, attempt + 1)])
                 d.retrying[step] = (attempt + 1, due)
                 attempt, start = attempt + 1, True
                 continue
             error = outcome.to_json()
-            await d.emit([("step_failed", {"error": error}, step, attempt)])
+            await d.emit([(ev.STEP_FAILED, {"error": error}, step, attempt)])
             d.errors[step] = error
             await d.durable()
             raise FailedStep(step, error)
@@ -431,7 +432,7 @@ class EngineContext(Context):
             if attempt is None:
                 attempt = d.attempts[step] = 1
                 d.order.append(step)
-                drafts.append(("step_started", data, step, 1))
+                drafts.append((ev.STEP_STARTED, data, step, 1))
             if data["type"] == "subagent":  # the start is durable before the child exists
                 await d.emit(drafts)
                 drafts = []
@@ -441,11 +442,11 @@ class EngineContext(Context):
                 wait = await make(step, attempt)
             except StepError as exc:
                 error = exc.to_json()
-                await d.emit([*drafts, ("step_failed", {"error": error}, step, attempt)])
+                await d.emit([*drafts, (ev.STEP_FAILED, {"error": error}, step, attempt)])
                 d.errors[step] = error
                 await d.durable()
                 raise FailedStep(step, error) from None
-            await d.emit([*drafts, ("step_waiting", wait, step, attempt)])
+            await d.emit([*drafts, (ev.STEP_WAITING, wait, step, attempt)])
             d.waiting[step] = wait
             await d.durable()
         found = await resolved(d.r.store, d.run.id, step, wait)
@@ -461,14 +462,14 @@ class EngineContext(Context):
             error = outcome.to_json()
             await d.emit(
                 [
-                    ("step_resumed", resumed, step, attempt),
-                    ("step_failed", {"error": error}, step, attempt),
+                    (ev.STEP_RESUMED, resumed, step, attempt),
+                    (ev.STEP_FAILED, {"error": error}, step, attempt),
                 ]
             )
             d.errors[step] = error
             await d.durable()
             raise FailedStep(step, error)
-        await d.emit([("step_resumed", resumed, step, attempt)])
+        await d.emit([(ev.STEP_RESUMED, resumed, step, attempt)])
         body = dumps(outcome)
         output = json.loads(body)
         d.add_completed(step, attempt, output, body, None)

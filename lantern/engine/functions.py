@@ -124,7 +124,7 @@ class FunctionDrive:
         """Lease a never-started run and journal its opening, in one transaction."""
         if self.agent is None or self.agent.version != self._pinned:
             return None  # not ours to start: execute() under an ordinary lease leaves it
-        events = [self.writer.event("run_started", self._started_data())]
+        events = [self.writer.event(ev.RUN_STARTED, self._started_data())]
         update = RunUpdate("running")
         lease = await self.r.store.start_run(
             self.run.id, self.r.worker_id, self.r.keeper.ttl, events, update
@@ -165,7 +165,7 @@ class FunctionDrive:
         self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
         self._durable_seq = state.last_seq
         if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), "run_cancelled")
+            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), ev.RUN_CANCELLED)
             return False
         self._pinned = pinned_version(self.spec, journal)
         if self.agent is None or self.agent.version != self._pinned:
@@ -173,11 +173,11 @@ class FunctionDrive:
             return False
         w = self.writer
         if not state.started:
-            events = [w.event("run_started", self._started_data())]
+            events = [w.event(ev.RUN_STARTED, self._started_data())]
             update: RunUpdate | None = RunUpdate("running")
         elif self.run.status == "waiting":
             # Woken from a park (a timer, a decision, a child's end, a version): not a crash.
-            events, update = [w.event("run_resumed", {"worker": self.r.worker_id})], None
+            events, update = [w.event(ev.RUN_RESUMED, {"worker": self.r.worker_id})], None
             update = RunUpdate("running")
         else:
             metrics.RECOVERIES.inc()
@@ -198,9 +198,9 @@ class FunctionDrive:
         self.retrying = dict(state.backing_off)
         self.waiting = dict(state.waiting)
         for e in journal:
-            if e.kind == "step_failed" and e.step_id is not None:
+            if e.kind == ev.STEP_FAILED and e.step_id is not None:
                 self.errors[e.step_id] = dict(e.data.get("error") or {})
-            elif e.kind == "step_started" and e.step_id and e.data.get("type") == "llm":
+            elif e.kind == ev.STEP_STARTED and e.step_id and e.data.get("type") == "llm":
                 self.model_steps.add(e.step_id)
 
     async def _leave(self) -> None:
@@ -231,7 +231,7 @@ class FunctionDrive:
             kwargs = code_input.arguments(self.agent, self.run.input)
         except UsageError as exc:
             error = {"code": INVALID_INPUT, "message": str(exc)}
-            await self._end([], RunUpdate("failed", error=error), "run_failed")
+            await self._end([], RunUpdate("failed", error=error), ev.RUN_FAILED)
             return
         from lantern.engine.function_context import BlockingContext, EngineContext
 
@@ -285,9 +285,9 @@ class FunctionDrive:
     async def _stopped(self) -> None:
         """The function was stopped: journal why (and what did complete)."""
         if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), "run_cancelled")
+            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), ev.RUN_CANCELLED)
         elif self.failure is not None:
-            await self._end([], RunUpdate("failed", error=self.failure), "run_failed")
+            await self._end([], RunUpdate("failed", error=self.failure), ev.RUN_FAILED)
         elif self.parked:
             await self._park()
         else:  # a clean stop of this replica: what finished is kept, the rest re-runs
@@ -300,11 +300,11 @@ class FunctionDrive:
         if isinstance(exc, LeaseLost):
             raise exc  # another replica has the run now
         if exc is not None:
-            await self._end([], RunUpdate("failed", error=self._error_of(exc)), "run_failed")
+            await self._end([], RunUpdate("failed", error=self._error_of(exc)), ev.RUN_FAILED)
             return
         found = determinism.unfinished(self.order, self.names.position)
         if found is not None:
-            await self._end([], RunUpdate("failed", error=found.error()), "run_failed")
+            await self._end([], RunUpdate("failed", error=found.error()), ev.RUN_FAILED)
             return
         value = task.result()
         try:
@@ -317,14 +317,14 @@ class FunctionDrive:
                 "code": INVALID_OUTPUT,
                 "message": f"the function returned a value the journal cannot store: {problem}",
             }
-            await self._end([], RunUpdate("failed", error=error), "run_failed")
+            await self._end([], RunUpdate("failed", error=error), ev.RUN_FAILED)
             return
         output = json.loads(body)
-        await self._end([], RunUpdate("succeeded", output=output), "run_succeeded")
+        await self._end([], RunUpdate("succeeded", output=output), ev.RUN_SUCCEEDED)
 
     def _error_of(self, exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, FailedStep):
-            return {"code": "step_failed", "step": exc.step, **exc.error}
+            return ev.step_failed_error(exc.step, exc.error)
         log.error(
             "run %s: the function of agent %s raised",
             self.run.id,
@@ -337,9 +337,9 @@ class FunctionDrive:
     async def _end(self, events: list[NewEvent], update: RunUpdate, kind: str) -> None:
         """Journal the run's end (after what is pending)."""
         data: dict[str, Any]
-        if kind == "run_succeeded":
+        if kind == ev.RUN_SUCCEEDED:
             data = {"output": update.output}
-        elif kind == "run_cancelled":
+        elif kind == ev.RUN_CANCELLED:
             data = {"by": "request"}
         else:
             data = {"error": update.error}
@@ -397,18 +397,14 @@ class FunctionDrive:
 
         now = datetime.now(UTC)
         probes = [NewEvent(0, k, now, d, s, s, a) for k, d, s, a in drafts]
-        starting = [signature(s or "", d) for k, d, s, _ in drafts if k == "step_started"]
+        starting = [signature(s or "", d) for k, d, s, _ in drafts if k == ev.STEP_STARTED]
         found = await self.detector.check(probes, starting)
         events: list[NewEvent] = []
         for a in found:
             data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-            events.append(self.writer.event("anomaly_detected", data))
+            events.append(self.writer.event(ev.ANOMALY_DETECTED, data))
             if a.policy == "fail" and self.failure is None:
-                self.failure = {
-                    "code": "anomaly_detected",
-                    "kind": a.kind,
-                    "message": f"anomaly {a.kind} ({a.detail}) fails the run by its policy",
-                }
+                self.failure = ev.anomaly_error(a.kind, a.detail)
                 self.halt.set()
         for kind, data, step, attempt in drafts:
             events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
