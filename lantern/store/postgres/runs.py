@@ -105,7 +105,7 @@ class Runs(PostgresConnection):
             " WHERE workspace = %s AND idempotency_key = %s",
             (workspace, idempotency_key),
         )
-        return None if row is None else (_run(row), row[16] or "")
+        return None if row is None else (_run(row), row[-1] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         row = await self._fetchone(

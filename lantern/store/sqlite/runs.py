@@ -108,7 +108,7 @@ class Runs(SQLiteConnection):
             " WHERE workspace = ? AND idempotency_key = ?"
         )
         row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
-        return None if row is None else (_run(row), row[16] or "")
+        return None if row is None else (_run(row), row[-1] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         sql = (
