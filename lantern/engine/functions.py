@@ -105,6 +105,7 @@ class FunctionDrive:
         self.idle.set()
         self.closed = False  # the drive has ended: a Context kept past it is refused
         self.fatal: BaseException | None = None  # a background commit failed: end with it
+        self.returned = False  # the function has returned (or raised)
         self._opened = False
         self._pinned = spec.version
         # A code run has no graph to pause at: a "pause" policy is recorded, not applied.
@@ -244,6 +245,7 @@ class FunctionDrive:
         else:
             work = self.agent.fn(ctx, **kwargs)
         task = asyncio.ensure_future(work)
+        task.add_done_callback(self._returning)
         watch = [
             asyncio.ensure_future(self.cancelled.wait()),
             asyncio.ensure_future(self.halt.wait()),
@@ -419,9 +421,12 @@ class FunctionDrive:
         if self._soon is None or self._soon.done():
             self._soon = asyncio.ensure_future(self._flush_soon())
 
+    def _returning(self, task: asyncio.Future[Any]) -> None:
+        self.returned = True  # the function's end commits what is pending, with the end
+
     async def _flush_soon(self) -> None:
         await asyncio.sleep(0)
-        if self.pending and not self.closed:
+        if self.pending and not self.closed and not self.returned:
             try:
                 await self.durable()
             except asyncio.CancelledError:

@@ -54,6 +54,10 @@ def test_sigkill_mid_http_step_reruns_only_that_step_with_its_key(
         assert listed["code-chain"]["kind"] == "code"
         assert listed["code-chain"]["module"] == "tests.crash.code_app"
         assert len(listed["code-chain"]["codeVersion"]) == 12
+        bad = api.post("/v1/runs", json={"agentName": "code-chain", "input": {"n": 2}})
+        assert bad.status_code == 422 and bad.headers["content-type"] == "application/problem+json"
+        assert "the input needs 'url'" in bad.json()["detail"]
+        assert api.get("/v1/runs").json()["items"] == []  # nothing was stored
         receiver.hold("/s3")
         run_id = start(api, "code-chain", {"url": receiver.url, "n": 4})
         assert receiver.arrived.wait(20)
