@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from lantern.demo.receiver import Receiver
 from lantern.ids import child_run_id
@@ -25,9 +26,25 @@ def api_of(server: Server, key: str) -> Iterator[httpx.Client]:
         yield api
 
 
+_started: list[Server] = []
+
+
 def serve(database_url: str, tmp_path: Path, worker: str, **env: str) -> Server:
     env = {"LANTERN_WORKER_ID": worker, **env}
-    return Server(database_url, tmp_path / f"{worker}.log", env=env, app=APP).start()
+    server = Server(database_url, tmp_path / f"{worker}.log", env=env, app=APP)
+    _started.append(server)
+    return server.start()
+
+
+@pytest.fixture(autouse=True)
+def _stop_servers() -> Iterator[None]:
+    """Whatever a test leaves running (it failed half-way) is stopped, not leaked."""
+    yield
+    while _started:
+        server = _started.pop()
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(10)
 
 
 def start(api: httpx.Client, agent: str, input: Any) -> str:
