@@ -31,13 +31,12 @@ from lantern.engine.graph import RETRYABLE_CLASSES
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import Conflict, LanternError, NotFound, StepError, UsageError
-from lantern.ids import child_run_id, idempotency_key
+from lantern.ids import child_run_id
 from lantern.models import registry, tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import Message, ModelRequest, ToolCall, ToolSpec, tool_calls_json
-from lantern.observability import metrics
-from lantern.store.codec import dumps, text_problem
+from lantern.store.codec import dumps
 
 T = TypeVar("T")
 Draft = tuple[str, dict[str, Any], str | None, int | None]
@@ -141,7 +140,7 @@ class EngineContext(Context):
             return spent_in(
                 out.get("usage")
                 for s, out in d.outputs.items()
-                if s in d.model_steps and isinstance(out, dict)
+                if d.types.get(s) == "llm" and isinstance(out, dict)
             )
 
         async def work(a: _Attempt) -> Any:
@@ -154,7 +153,7 @@ class EngineContext(Context):
                 max_tokens=max_tokens,
                 tools=specs,
             )
-            result = await call(registry.default(), request, gate(d.r.store, d.run, None, spent))
+            result = await call(d.host.models, request, gate(d.host.store, d.run, None, spent))
             output = result.output()
             output["toolCalls"] = tool_calls_json(result.response.tool_calls)
             return output
@@ -166,7 +165,7 @@ class EngineContext(Context):
     async def tool(self, name: str, /, **args: Any) -> Any:
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
-        found = d.r.app.tools.get(name)
+        found = d.host.app.tools.get(name)
         if found is None:
             raise UsageError(f"ctx.tool({name!r}): no such tool is registered (use @app.tool)")
         try:
@@ -261,18 +260,18 @@ class EngineContext(Context):
             child = child_run_id(d.run.id, step, attempt)
             try:
                 await runs.create_run(
-                    d.r.store,
+                    d.host.store,
                     name,
                     input,
                     d.run.workspace,
                     idempotency_key=f"subagent:{child}",
                     run_id=child,
                     parent_id=d.run.id,
-                    app=d.r.app,
+                    app=d.host.app,
                 )
             except (NotFound, UsageError, Conflict) as exc:
                 raise StepError(f"sub-agent {name!r}: {exc}", error_class="tool") from exc
-            d.r.on_queued()
+            d.host.on_queued()
             return {"kind": "subagent", "agentName": name, "childRunId": child}
 
         return await self._wait(name, {"type": "subagent", "agentName": name}, wait)
@@ -306,8 +305,6 @@ class EngineContext(Context):
             attempt, start = d.attempts[step], False
         else:
             attempt, start = 1, True
-        if data["type"] == "llm":
-            d.model_steps.add(step)
         while True:
             if due is not None:
                 await self._until(due)
@@ -321,37 +318,23 @@ class EngineContext(Context):
             if d.must_stop():
                 await d.stopped()
             d.check_live()
-            outcome = await self._attempt(step, attempt, data["type"], work, limit)
+            outcome = await self._attempt(step, attempt, work, limit)
             if not isinstance(outcome, StepError):
-                try:
-                    body = dumps(outcome)
-                    problem = text_problem(body)
-                except (TypeError, ValueError) as err:
-                    problem = f"it is not JSON: {err}"
-                if problem is None:
-                    output = json.loads(body)
-                    d.add_completed(step, attempt, output, body, usage(output) if usage else None)
-                    return output
-                outcome = StepError(
-                    f"step {step!r} returned a value the journal cannot store: {problem}",
-                    error_class="tool",
-                )
-            if policy.retries(outcome, attempt):
-                delay = policy.delay_ms(attempt)
-                due = int(time.time() * 1000) + delay
-                retrying = {
-                    "attempt": attempt + 1,
-                    "of": policy.max_attempts,
-                    "error": outcome.to_json(),
-                    "delayMs": delay,
-                    "dueAt": due,
-                }
-                await d.emit([(ev.STEP_RETRYING, retrying, step, attempt + 1)])
-                d.retrying[step] = (attempt + 1, due)
-                attempt, start = attempt + 1, True
+                done = d.complete(step, attempt, outcome, usage or _no_usage)
+                if not isinstance(done, StepError):
+                    d.add(done)
+                    await d.notice([done])  # a cost or token spike
+                    return d.outputs[step]
+                outcome = done
+            event, retry = d.failure(step, attempt, outcome, policy)
+            d.pending.append(event)
+            await d.notice([event])  # a retry storm
+            if retry is not None:
+                _, attempt, due = retry
+                d.retrying[step] = (attempt, due)
+                start = True
                 continue
             error = outcome.to_json()
-            await d.emit([(ev.STEP_FAILED, {"error": error}, step, attempt)])
             d.errors[step] = error
             await d.durable()
             raise FailedStep(step, error)
@@ -360,32 +343,21 @@ class EngineContext(Context):
         self,
         step: str,
         attempt: int,
-        kind: str,
         work: Callable[[_Attempt], Awaitable[Any]],
         limit: float | None,
     ) -> Any:
+        """One attempt through Drive's ``perform`` (its span, duration and timeout); the
+        step's context variable is set for the task it runs in."""
         d = self._d
-        key = idempotency_key(d.run.id, step, attempt)
-        current = _Attempt(
-            step,
-            attempt,
-            key,
-            Deliveries(d.r.store, d.lease, step_id=step, attempt=attempt, idempotency_key=key),
-        )
+        current = _Attempt(step, attempt, d.key(step, attempt), d.deliveries(step, attempt))
         token = _CURRENT.set(current)
-        d.begin_attempt()
-        began = time.perf_counter()
         try:
-            if limit is None:
-                return await work(current)
-            try:
-                return await asyncio.wait_for(work(current), limit)
-            except TimeoutError:
-                return StepError(
-                    f"step {step!r} timed out after {round(limit * 1000)} ms",
-                    error_class="timeout",
-                    retryable=True,
-                )
+            task = d.perform(step, attempt, work(current), limit)
+        finally:
+            _CURRENT.reset(token)
+        d.begin_attempt()
+        try:
+            return await task
         except StepError as exc:
             return exc
         except LanternError:
@@ -394,9 +366,7 @@ class EngineContext(Context):
             message = " ".join(f"{type(exc).__name__}: {exc}".split())
             return StepError(message, error_class="tool", retryable=True)
         finally:
-            _CURRENT.reset(token)
             d.end_attempt()
-            metrics.step_duration(kind, time.perf_counter() - began)
 
     async def _until(self, due_ms: int) -> None:
         """Wait out a backoff; a park or a stop meanwhile leaves it to the next drive."""
@@ -449,7 +419,7 @@ class EngineContext(Context):
             await d.emit([*drafts, (ev.STEP_WAITING, wait, step, attempt)])
             d.waiting[step] = wait
             await d.durable()
-        found = await resolved(d.r.store, d.run.id, step, wait)
+        found = await resolved(d.host.store, d.run.id, step, wait)
         if found is None:
             d.parked[step] = wait
             d.halt.set()
@@ -470,10 +440,14 @@ class EngineContext(Context):
             await d.durable()
             raise FailedStep(step, error)
         await d.emit([(ev.STEP_RESUMED, resumed, step, attempt)])
-        body = dumps(outcome)
-        output = json.loads(body)
-        d.add_completed(step, attempt, output, body, None)
-        return output
+        done = d.complete(step, attempt, outcome, _no_usage)
+        assert not isinstance(done, StepError), "a decision or a child's output is JSON"
+        d.add(done)
+        return d.outputs[step]
+
+
+def _no_usage(output: Any) -> None:
+    return None
 
 
 def _not_nested(name: str) -> None:
@@ -555,7 +529,7 @@ def _tool_specs(d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]) -> t
     specs = []
     for t in given:
         if isinstance(t, str):
-            found = d.r.app.tools.get(t)
+            found = d.host.app.tools.get(t)
             if found is None:
                 raise UsageError(f"ctx.model: no tool {t!r} is registered (use @app.tool)")
             specs.append(tools.spec(found, wires[t]))

@@ -27,26 +27,22 @@ A replica whose App does not have the run's pinned version leaves the run: it jo
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
-import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from lantern.app import CodeAgent
 from lantern.engine import code_input, determinism
 from lantern.engine import events as ev
-from lantern.engine.anomalies import Detector, settings, signature
+from lantern.engine.anomalies import settings, signature
 from lantern.engine.code_agents import RUN_PARKED, CodeSpec, pinned_version
-from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
+from lantern.engine.drive import Drive, DriveHost
+from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.errors import LeaseLost, StepError, UsageError
-from lantern.observability import metrics
 from lantern.store.codec import dumps, text_problem
-from lantern.store.records import TERMINAL, Append, Event, Lease, NewEvent, Run, RunUpdate
-
-if TYPE_CHECKING:
-    from lantern.engine.runner import Runner
+from lantern.store.records import Event, Lease, NewEvent, Run, RunUpdate
 
 log = logging.getLogger("lantern.functions")
 
@@ -68,28 +64,19 @@ class FailedStep(StepError):
         self.error = error
 
 
-class FunctionDrive:
-    """One drive of one code-first run (the runner's counterpart of a graph drive)."""
+class FunctionDrive(Drive):
+    """One drive of one code-first run: the function decides, ``Drive`` journals."""
 
-    def __init__(self, runner: Runner, run: Run, spec: CodeSpec) -> None:
-        self.r = runner
-        self.run = run
+    def __init__(self, host: DriveHost, run: Run, spec: CodeSpec) -> None:
+        # A function has no graph to pause at: a "pause" policy is recorded, not applied.
+        super().__init__(host, run, anomalies=settings({}), can_pause=False)
         self.spec = spec
-        self.agent: CodeAgent | None = runner.app.agents.get(run.agent_name)
-        self.lease = Lease(run.id, runner.worker_id, 0)
-        self.writer = EventWriter(run.id)
-        self.final: RunUpdate | None = None
-        self.cancelled = asyncio.Event()
-        if run.cancel_requested:
-            self.cancelled.set()
-        # What the journal holds (and, as the drive goes on, what it has added).
+        self.agent: CodeAgent | None = host.app.agents.get(run.agent_name)
+        # What the journal holds beyond Drive's view (and, as the drive goes on, what it adds).
         self.order: list[str] = []  # step ids in the order they were first started
-        self.outputs: dict[str, Any] = {}
         self.errors: dict[str, dict[str, Any]] = {}
-        self.attempts: dict[str, int] = {}
         self.retrying: dict[str, tuple[int, int]] = {}
-        self.waiting: dict[str, dict[str, Any]] = {}
-        self.model_steps: set[str] = set()  # for the budget: what model steps have spent
+        self.types: dict[str, str] = {}  # step -> its type (step, llm, tool, sleep, ...)
         self.names = determinism.StepNames()
         # Commits: events wait in ``pending`` until a caller needs them durable.
         self.pending: list[NewEvent] = []
@@ -99,110 +86,70 @@ class FunctionDrive:
         # Why the function must stop (any of them sets ``halt``).
         self.halt = asyncio.Event()
         self.parked: dict[str, dict[str, Any]] = {}  # waits this drive parked on
-        self.failure: dict[str, Any] | None = None  # the run's error, when the drive fails it
+        self.ending_error: dict[str, Any] | None = None  # the run's error, when the drive fails it
+        self.fatal: BaseException | None = None  # a background commit failed: end with it
+        self.returned = False  # the function has returned (or raised)
         self.active = 0  # step functions running now
         self.idle = asyncio.Event()
         self.idle.set()
         self.closed = False  # the drive has ended: a Context kept past it is refused
-        self.fatal: BaseException | None = None  # a background commit failed: end with it
-        self.returned = False  # the function has returned (or raised)
-        self._opened = False
         self._pinned = spec.version
-        # A code run has no graph to pause at: a "pause" policy is recorded, not applied.
-        self.detector = Detector(
-            run.workspace,
-            {
-                k: {**v, "policy": "fail" if v["policy"] == "fail" else "record"}
-                for k, v in settings({}).items()
-            },
-            runner.retry_rates,
-            functools.partial(runner.baseline, run.workspace, run.agent_name),
-        )
 
-    # -- opening ---------------------------------------------------------------------------
+    # -- what Drive asks of a kind of run --------------------------------------------------
+
+    def step_type(self, step: str) -> str:
+        return self.types.get(step, "step")
+
+    def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
+        return [], None  # nothing starts before the function asks for it
 
     async def begin(self) -> Lease | None:
-        """Lease a never-started run and journal its opening, in one transaction."""
         if self.agent is None or self.agent.version != self._pinned:
             return None  # not ours to start: execute() under an ordinary lease leaves it
-        events = [self.writer.event(ev.RUN_STARTED, self._started_data())]
-        update = RunUpdate("running")
-        lease = await self.r.store.start_run(
-            self.run.id, self.r.worker_id, self.r.keeper.ttl, events, update
-        )
-        if lease is not None:
-            self.lease = lease
-            self._committed(events, update)
-            self._durable_seq = self.writer.seq
-            self._opened = True
-        else:
-            self.writer = EventWriter(self.run.id)
+        lease = await super().begin()
+        self._durable_seq = self.writer.seq
         return lease
 
-    def _started_data(self) -> dict[str, Any]:
-        return {"worker": self.r.worker_id, "version": self._pinned}
-
     async def execute(self, lease: Lease, state: RunState | None) -> None:
+        """Drive's opening, after two checks of its own: the run's version, and what the
+        journal holds for a function (failed steps' errors, step types, the order)."""
         self.lease = lease
         try:
-            if not self._opened and not await self._open(state):
-                return
-            await self._supervise()
+            if not self._opened:
+                journal: list[Event] = []
+                if state is None:
+                    journal = await self.host.store.events(self.run.id, blobs=True)
+                    state = fold(journal)
+                    self.detector.replay(journal)
+                if state.terminal is not None:
+                    return
+                self._learn(journal, state)
+                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
+                if self.cancelled.is_set():
+                    await self.cancel([])
+                    return
+                self._pinned = pinned_version(self.spec, journal)
+                if self.agent is None or self.agent.version != self._pinned:
+                    await self._leave()
+                    return
+                events, update = self._open(state)
+                await self.commit(events, update)
+                self._durable_seq = self.writer.seq
+            if self.final is None:
+                await self.proceed()
         finally:
             self.closed = True
             if self._soon is not None:
                 self._soon.cancel()
 
-    async def _open(self, state: RunState | None) -> bool:
-        """Read the journal and commit this drive's opening; False when nothing is to run."""
-        journal: list[Event] = []
-        if state is None:
-            journal = await self.r.store.events(self.run.id, blobs=True)
-            state = fold(journal)
-            self.detector.replay(journal)
-        if state.terminal is not None:
-            return False
-        self._learn(journal, state)
-        self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
-        self._durable_seq = state.last_seq
-        if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), ev.RUN_CANCELLED)
-            return False
-        self._pinned = pinned_version(self.spec, journal)
-        if self.agent is None or self.agent.version != self._pinned:
-            await self._leave()
-            return False
-        w = self.writer
-        if not state.started:
-            events = [w.event(ev.RUN_STARTED, self._started_data())]
-            update: RunUpdate | None = RunUpdate("running")
-        elif self.run.status == "waiting":
-            # Woken from a park (a timer, a decision, a child's end, a version): not a crash.
-            events, update = [w.event(ev.RUN_RESUMED, {"worker": self.r.worker_id})], None
-            update = RunUpdate("running")
-        else:
-            metrics.RECOVERIES.inc()
-            event, failed = recovery(
-                w, state, self.r.worker_id, self.lease.epoch, self.r.max_recoveries
-            )
-            if failed is not None:
-                await self._commit([event], failed)
-                return False
-            events, update = [event], None
-        await self._commit(events, update)
-        return True
-
     def _learn(self, journal: list[Event], state: RunState) -> None:
         self.order = list(state.attempts)
-        self.outputs = dict(state.outputs)
-        self.attempts = dict(state.attempts)
         self.retrying = dict(state.backing_off)
-        self.waiting = dict(state.waiting)
         for e in journal:
             if e.kind == ev.STEP_FAILED and e.step_id is not None:
                 self.errors[e.step_id] = dict(e.data.get("error") or {})
-            elif e.kind == ev.STEP_STARTED and e.step_id and e.data.get("type") == "llm":
-                self.model_steps.add(e.step_id)
+            elif e.kind == ev.STEP_STARTED and e.step_id:
+                self.types[e.step_id] = str(e.data.get("type", "step"))
 
     async def _leave(self) -> None:
         """This replica lacks the run's version: park the run until one that has it adopts
@@ -211,11 +158,11 @@ class FunctionDrive:
         data: dict[str, Any] = {
             "reason": "version",
             "version": self._pinned,
-            "worker": self.r.worker_id,
+            "worker": self.host.worker_id,
             "workerVersion": have,
         }
         event = self.writer.event(RUN_PARKED, data)
-        await self._commit([event], RunUpdate("waiting", waiting_for=self._pinned))
+        await self.commit([event], RunUpdate("waiting", waiting_for=self._pinned))
         log.warning(
             "run %s needs version %s of agent %s; this replica has %s: leaving it",
             self.run.id,
@@ -226,13 +173,13 @@ class FunctionDrive:
 
     # -- the function ----------------------------------------------------------------------
 
-    async def _supervise(self) -> None:
+    async def proceed(self) -> None:
         assert self.agent is not None
         try:
             kwargs = code_input.arguments(self.agent, self.run.input)
         except UsageError as exc:
-            error = {"code": INVALID_INPUT, "message": str(exc)}
-            await self._end([], RunUpdate("failed", error=error), ev.RUN_FAILED)
+            invalid = {"code": INVALID_INPUT, "message": str(exc)}
+            await self._end(lambda: self.run_failed(invalid))
             return
         from lantern.engine.function_context import BlockingContext, EngineContext
 
@@ -249,7 +196,7 @@ class FunctionDrive:
         watch = [
             asyncio.ensure_future(self.cancelled.wait()),
             asyncio.ensure_future(self.halt.wait()),
-            asyncio.ensure_future(self.r.stopping.wait()),
+            asyncio.ensure_future(self.host.stopping.wait()),
         ]
         try:
             await asyncio.wait([task, *watch], return_when=asyncio.FIRST_COMPLETED)
@@ -259,7 +206,7 @@ class FunctionDrive:
             if task.done():
                 await self._returned(task)
                 return
-            if not self.cancelled.is_set() and self.failure is None:
+            if not self.cancelled.is_set() and self.ending_error is None:
                 await self._settle_steps()  # a park or a clean stop: let running steps end
             await self._stop_function(task, facade)
             await self._stopped()
@@ -287,13 +234,18 @@ class FunctionDrive:
     async def _stopped(self) -> None:
         """The function was stopped: journal why (and what did complete)."""
         if self.cancelled.is_set():
-            await self._end([], RunUpdate("cancelled", error=ev.CANCELLED), ev.RUN_CANCELLED)
-        elif self.failure is not None:
-            await self._end([], RunUpdate("failed", error=self.failure), ev.RUN_FAILED)
+            await self._end(self._cancelled)
+        elif self.ending_error is not None:
+            failure = self.ending_error
+            await self._end(lambda: self.run_failed(failure))
         elif self.parked:
             await self._park()
         else:  # a clean stop of this replica: what finished is kept, the rest re-runs
             await self.durable()
+
+    def _cancelled(self) -> tuple[NewEvent, RunUpdate]:
+        event = self.writer.event(ev.RUN_CANCELLED, {"by": "request"})
+        return event, RunUpdate("cancelled", error=ev.CANCELLED)
 
     async def _returned(self, task: asyncio.Future[Any]) -> None:
         exc = task.exception()
@@ -302,11 +254,13 @@ class FunctionDrive:
         if isinstance(exc, LeaseLost):
             raise exc  # another replica has the run now
         if exc is not None:
-            await self._end([], RunUpdate("failed", error=self._error_of(exc)), ev.RUN_FAILED)
+            error = self._error_of(exc)
+            await self._end(lambda: self.run_failed(error))
             return
         found = determinism.unfinished(self.order, self.names.position)
         if found is not None:
-            await self._end([], RunUpdate("failed", error=found.error()), ev.RUN_FAILED)
+            mismatch = found.error()
+            await self._end(lambda: self.run_failed(mismatch))
             return
         value = task.result()
         try:
@@ -319,10 +273,10 @@ class FunctionDrive:
                 "code": INVALID_OUTPUT,
                 "message": f"the function returned a value the journal cannot store: {problem}",
             }
-            await self._end([], RunUpdate("failed", error=error), ev.RUN_FAILED)
+            await self._end(lambda: self.run_failed(error))
             return
         output = json.loads(body)
-        await self._end([], RunUpdate("succeeded", output=output), ev.RUN_SUCCEEDED)
+        await self._end(lambda: self.succeeded(output))
 
     def _error_of(self, exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, FailedStep):
@@ -336,17 +290,10 @@ class FunctionDrive:
         message = " ".join(f"{type(exc).__name__}: {exc}".split())
         return {"code": FUNCTION_ERROR, "type": type(exc).__name__, "message": message}
 
-    async def _end(self, events: list[NewEvent], update: RunUpdate, kind: str) -> None:
-        """Journal the run's end (after what is pending)."""
-        data: dict[str, Any]
-        if kind == ev.RUN_SUCCEEDED:
-            data = {"output": update.output}
-        elif kind == ev.RUN_CANCELLED:
-            data = {"by": "request"}
-        else:
-            data = {"error": update.error}
-        self.pending += events
-        await self.durable(update, (kind, data))
+    async def _end(self, end: Callable[[], tuple[NewEvent, RunUpdate]]) -> None:
+        """Journal the run's end after what is pending; ``end`` makes its event when the
+        commit starts, so that event is the commit's last and never apart from its status."""
+        await self.durable(end=end)
 
     async def _park(self) -> None:
         """Give the lease up and hold no task: a timer, a decision or a child wakes the run."""
@@ -356,13 +303,11 @@ class FunctionDrive:
         # A decision or a child's end that landed before the park found the run running, so
         # nothing woke it: look once more.
         for step, wait in self.parked.items():
-            if await resolved(self.r.store, self.run.id, step, wait) is not None:
-                await self.r.store.wake(self.run.id)
+            if await resolved(self.host.store, self.run.id, step, wait) is not None:
+                await self.host.store.wake(self.run.id)
                 break
 
-    def _wake_at(self) -> Any:
-        from datetime import UTC, datetime
-
+    def _wake_at(self) -> datetime | None:
         due = [w["dueAt"] for w in self.parked.values() if "dueAt" in w]
         due += [d for _, d in self.retrying.values()]
         return datetime.fromtimestamp(min(due) / 1000, UTC) if due else None
@@ -373,8 +318,8 @@ class FunctionDrive:
         """The next call's step id, checked against the journal's order."""
         step = self.names.next(name)
         found = determinism.mismatch(self.order, self.names.position, step)
-        if found is not None and self.failure is None:
-            self.failure = found.error()
+        if found is not None and self.ending_error is None:
+            self.ending_error = found.error()
             self.halt.set()
         return step
 
@@ -384,40 +329,41 @@ class FunctionDrive:
         await asyncio.Event().wait()
 
     def check_live(self) -> None:
-        if self.halt.is_set() or self.cancelled.is_set() or self.r.stopping.is_set():
-            return
-        if not self.r.keeper.live(self.run.id):
-            raise LeaseLost(self.run.id, self.lease.epoch)
+        if not self.must_stop():
+            self.ensure_live()
 
     def must_stop(self) -> bool:
-        return self.halt.is_set() or self.cancelled.is_set() or self.r.stopping.is_set()
+        return self.halt.is_set() or self.cancelled.is_set() or self.host.stopping.is_set()
 
     async def emit(self, drafts: list[tuple[str, dict[str, Any], str | None, int | None]]) -> None:
-        """Add events (kind, data, step, attempt) to the pending commit, with the anomalies
-        they raise; an anomaly whose policy is ``fail`` stops the function."""
-        from datetime import UTC, datetime
-
-        now = datetime.now(UTC)
-        probes = [NewEvent(0, k, now, d, s, s, a) for k, d, s, a in drafts]
-        starting = [signature(s or "", d) for k, d, s, _ in drafts if k == ev.STEP_STARTED]
-        found = await self.detector.check(probes, starting)
+        """Add events (kind, data, step, attempt) to the pending commit, then the anomalies
+        they raise. Events are made and queued in one go (no await between), so they are
+        committed in the order of their sequence numbers."""
         events: list[NewEvent] = []
-        for a in found:
-            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-            events.append(self.writer.event(ev.ANOMALY_DETECTED, data))
-            if a.policy == "fail" and self.failure is None:
-                self.failure = ev.anomaly_error(a.kind, a.detail)
-                self.halt.set()
         for kind, data, step, attempt in drafts:
-            events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
-        self.detector.replay(events)
+            if kind == ev.STEP_STARTED and step is not None and attempt is not None:
+                self.types[step] = str(data.get("type", "step"))
+                events.append(self.start(step, attempt, data))
+            else:
+                events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
         self.pending += events
+        await self.notice(events)
 
-    def add_completed(self, step: str, attempt: int, output: Any, body: str, usage: Any) -> None:
+    async def notice(self, events: list[NewEvent]) -> None:
+        """Journal the anomalies that queued ``events`` raise; one whose policy is ``fail``
+        stops the function and fails the run (a "pause" is recorded: nowhere to park)."""
+        starting = [signature(e.step_id or "", e.data) for e in events if e.kind == ev.STEP_STARTED]
+        for a in await self.detector.check(events, starting):
+            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
+            self.pending.append(self.writer.event(ev.ANOMALY_DETECTED, data))
+            if a.policy == "fail" and self.ending_error is None:
+                self.ending_error = ev.anomaly_error(a.kind, a.detail)
+                self.halt.set()
+
+    def add(self, event: NewEvent) -> None:
         """A step's completion: durable with the next commit, at the latest on the next turn
         of the event loop."""
-        self.pending.append(self.writer.completed(step, attempt, output, body, usage=usage))
-        self.outputs[step] = output
+        self.pending.append(event)
         if self._soon is None or self._soon.done():
             self._soon = asyncio.ensure_future(self._flush_soon())
 
@@ -436,18 +382,20 @@ class FunctionDrive:
                 self.halt.set()
 
     async def durable(
-        self, update: RunUpdate | None = None, last: tuple[str, dict[str, Any]] | None = None
+        self,
+        update: RunUpdate | None = None,
+        end: Callable[[], tuple[NewEvent, RunUpdate]] | None = None,
     ) -> None:
-        """Commit every event added so far (and ``update``, with its event ``last``), in
-        order. Callers that come while a commit is in flight are served together by the next
-        one. ``last`` is written only when its commit starts, so an event that ends the run
-        is never committed apart from the status it sets."""
-        while self._durable_seq < self.writer.seq or update is not None:
+        """Commit every event added so far (and ``update``, or the run's ``end``), in order,
+        through Drive's fenced commit. Callers that come while a commit is in flight are
+        served together by the next one."""
+        while self._durable_seq < self.writer.seq or update is not None or end is not None:
             if self._flushing is None:
                 batch, self.pending = self.pending, []
-                if last is not None:
-                    batch.append(self.writer.event(*last))
-                    last = None
+                if end is not None:
+                    last, update = end()
+                    batch.append(last)
+                    end = None
                 this, update = update, None
                 self._flushing = asyncio.ensure_future(self._commit(batch, this))
                 self._flushing.add_done_callback(self._flushed)
@@ -457,21 +405,9 @@ class FunctionDrive:
         self._flushing = None
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
-        started = time.perf_counter()
-        await self.r.store.append(Append(self.lease, tuple(events), update))
-        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
+        await self.commit(events, update)
         if events:
             self._durable_seq = events[-1].seq
-        self._committed(events, update)
-
-    def _committed(self, events: list[NewEvent], update: RunUpdate | None) -> None:
-        if update is not None and update.releases:
-            self.r.keeper.drop(self.lease)  # given up with this commit: renew it no more
-        if update is not None and update.status in TERMINAL:
-            self.final = update
-        count_committed(events)
-        for listener in self.r.app.commit_listeners:
-            listener(self.run.id, events)
 
     def begin_attempt(self) -> None:
         self.active += 1
