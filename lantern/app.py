@@ -10,7 +10,6 @@ one function runs either way unchanged.
 from __future__ import annotations
 
 import abc
-import asyncio
 import hashlib
 import importlib
 import inspect
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
 
+from lantern import threads
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
 
@@ -275,14 +275,20 @@ class Tool:
     description: str
     context_param: str | None
 
+    @property
+    def interruptible(self) -> bool:
+        """An async tool is cancelled at once; a sync one runs in a thread, which cannot be."""
+        return inspect.iscoroutinefunction(self.fn)
+
     async def call(self, context: ToolContext, args: dict[str, Any]) -> Any:
         kwargs = dict(args)
         if self.context_param is not None:
             kwargs[self.context_param] = context
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(**kwargs)
-        # A sync tool must not block the event loop that journals every other run.
-        return await asyncio.to_thread(self.fn, **kwargs)
+        # A sync tool must not block the event loop that journals every other run, nor the
+        # default executor's threads that DNS lookups use: it gets a bounded pool of its own.
+        return await threads.run_sync(self.fn, **kwargs)
 
 
 class App:

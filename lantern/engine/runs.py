@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern import config, limits
 from lantern.app import App
 from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
-from lantern.errors import Conflict, DefinitionError, UsageError
+from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
-from lantern.store.codec import value_problem
+from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
@@ -22,12 +24,33 @@ DEFAULT_WORKSPACE = "default"
 async def apply_agent(
     store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
 ) -> AgentVersion:
-    """Validate (raising DefinitionError with every problem) and store a new version."""
+    """Validate (raising DefinitionError with every problem) and store a new version.
+
+    Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
+    template parsed): it runs on a thread, so the event loop every tenant shares keeps
+    answering meanwhile."""
+    graph = await asyncio.to_thread(_validated, definition)
+    return await store.put_agent(workspace, graph.name, definition)
+
+
+def _validated(definition: Any) -> Any:
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph;
+    a graph past the node limit is refused before anything walks it."""
+    graph = definition.get("graph") if isinstance(definition, dict) else None
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    if isinstance(nodes, list) and len(nodes) > limits.MAX_NODES:
+        raise DefinitionError(
+            [f"the graph has {len(nodes)} nodes; the limits are {limits.MAX_NODES} nodes"]
+        )
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])
-    graph = parse_agent(definition)
-    return await store.put_agent(workspace, graph.name, definition)
+    size = len(dumps(definition).encode())
+    if size > limits.MAX_DEFINITION_BYTES:
+        raise TooLarge(
+            f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
+        )
+    return parse_agent(definition)
 
 
 async def create_run(
@@ -56,6 +79,16 @@ async def create_run(
         code_input.arguments(code, input)
         await code_agents.ensure_stored(store, workspace, code)
     digest = _request_digest(agent_name, input)
+    if idempotency_key is not None:
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is not None:
+            return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    quota = config.max_queued_runs()
+    if await store.queued_count(workspace, quota) >= quota:
+        raise UsageError(
+            f"workspace {workspace!r} has {quota} runs queued, the limit "
+            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
+        )
     now = datetime.now(UTC)
     run = Run(
         id=run_id or new_run_id(),

@@ -109,6 +109,20 @@ class AgentOut(BaseModel):
     module: str | None = None  # a code-first agent's: the module that defines it
 
 
+class SecretIn(Body):
+    value: Any  # checked by the vault, so no validation message ever quotes it
+
+
+class SecretOut(BaseModel):
+    name: str
+    createdAt: str
+    updatedAt: str
+
+
+class SecretPage(BaseModel):
+    items: list[SecretOut]
+
+
 class AgentPage(BaseModel):
     items: list[AgentOut]
     nextCursor: str | None

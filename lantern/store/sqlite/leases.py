@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from datetime import datetime
 
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
@@ -55,10 +56,22 @@ class Leases(SQLiteConnection):
             f" WHERE l.expires_at > 0 AND l.expires_at <= ? AND r.status IN ({marks})"
             " ORDER BY l.expires_at LIMIT ?"
         )
+        # Fair across workspaces: the oldest queued run of each workspace in turn, starting
+        # with the workspace served least recently, so one tenant's backlog cannot starve
+        # the others.
         unleased = (
-            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'queued'"
-            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
-            " ORDER BY r.created_at LIMIT ?"
+            "SELECT id, NULL, NULL FROM (SELECT r.id, r.created_at, ROW_NUMBER() OVER"
+            " (PARTITION BY r.workspace ORDER BY r.created_at) AS turn,"
+            " COALESCE(c.claimed_at, 0) AS served FROM runs r"
+            " LEFT JOIN workspace_claims c ON c.workspace = r.workspace"
+            " WHERE r.status = 'queued'"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
+            " ORDER BY turn, served, created_at LIMIT ?"
+        )
+        served = (
+            "INSERT INTO workspace_claims (workspace, claimed_at)"
+            " SELECT DISTINCT workspace, ? FROM runs WHERE id = ?"
+            " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at"
         )
         # Parked runs that are due: woken by a decision, a finished child or a timeout.
         woken = (
@@ -71,7 +84,10 @@ class Leases(SQLiteConnection):
             now = time.time()
             found = conn.execute(expired, (now, *statuses, limit)).fetchall()
             if "queued" in statuses and len(found) < limit:
-                found += conn.execute(unleased, (limit - len(found),)).fetchall()
+                queued = conn.execute(unleased, (limit - len(found),)).fetchall()
+                for row in queued:
+                    conn.execute(served, (now, row[0]))
+                found += queued
             if "queued" in statuses and len(found) < limit:
                 found += conn.execute(woken, (now, now, limit - len(found))).fetchall()
             return [
@@ -142,6 +158,21 @@ class Leases(SQLiteConnection):
         )
         args = (time.time() + ttl, lease.run_id, lease.epoch)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def renew_leases(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        sql = (
+            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ? AND expires_at > 0"
+        )
+
+        def tx(conn: sqlite3.Connection) -> set[str]:
+            until = time.time() + ttl
+            return {
+                lease.run_id
+                for lease in leases
+                if conn.execute(sql, (until, lease.run_id, lease.epoch)).rowcount
+            }
+
+        return await self._write(tx) if leases else set()
 
     async def release_lease(self, lease: Lease) -> None:
         # An unfinished run's lease expires now, so the sweep hands the run on; a finished
