@@ -245,7 +245,7 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import journal, keys, receipts, serve, webhooks, workers
+    from lantern.cli import journal, keys, receipts, runtime, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
@@ -253,5 +253,6 @@ def main() -> None:
     cli.add_command(webhooks.webhooks)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
+    cli.add_command(runtime.runtime)
     runs.add_command(receipts.export_command)
     cli(prog_name="lantern")
