@@ -56,6 +56,8 @@ class Settings:
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
     data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
     signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
+    node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost (§11)
+    runtime_driver: str = "auto"  # LANTERN_RUNTIME_DRIVER: what `lantern node` isolates with
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,6 +76,8 @@ class Settings:
             smtp_url=smtp_url(e),
             data_dir=e.get("LANTERN_DATA_DIR") or None,
             signing_key=e.get("LANTERN_SIGNING_KEY") or None,
+            node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),
+            runtime_driver=e.get("LANTERN_RUNTIME_DRIVER") or "auto",
         )
 
     @property

@@ -254,5 +254,6 @@ def main() -> None:
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     cli.add_command(runtime.runtime)
+    cli.add_command(runtime.node)
     runs.add_command(receipts.export_command)
     cli(prog_name="lantern")

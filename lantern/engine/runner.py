@@ -36,6 +36,7 @@ from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
 from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
@@ -66,8 +67,12 @@ class Runner:
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        # A microVM run is not driven here: this hands it, with its lease, to the tier's
+        # scheduler (resumeMicroVMRun). Without one the lease is let go for a replica that has.
+        self.microvm = microvm
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
@@ -76,7 +81,7 @@ class Runner:
         self.worker_id = worker_id
         self.http = http
         self.stopping = stopping or asyncio.Event()
-        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
+        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent] = {}
         self.retry_rates = RetryRates()
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
 
@@ -114,7 +119,10 @@ class Runner:
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
         run_id = run.id
-        graph = await self._graph(run)
+        agent = await self._graph(run)
+        if isinstance(agent, MicroVmAgent):
+            return await self._hand_off(run, lease)
+        graph = agent
         drive = _new_drive(self, run, graph)
         known_empty = lease is not None and run.status == "queued"
         if lease is None and run.status == "queued" and not run.cancel_requested:
@@ -153,7 +161,18 @@ class Runner:
             updated_at=datetime.now(UTC),
         )
 
-    async def _graph(self, run: Run) -> Graph | PlainAgent:
+    async def _hand_off(self, run: Run, lease: Lease | None) -> Run | None:
+        if lease is None:
+            lease = await self.store.acquire_lease(run.id, self.worker_id, self.keeper.ttl)
+            if lease is None:
+                return None
+        if self.microvm is None:
+            await self.store.release_lease(lease)
+        else:
+            await self.microvm(run, lease)
+        return await self.store.get_run(run.id)
+
+    async def _graph(self, run: Run) -> Graph | PlainAgent | MicroVmAgent:
         key = (run.workspace, run.agent_name, run.agent_version)
         graph = self._graphs.get(key)
         if graph is None:

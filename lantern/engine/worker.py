@@ -19,7 +19,7 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
 from lantern.store.base import Store
-from lantern.store.records import Lease
+from lantern.store.records import Lease, Run
 
 log = logging.getLogger("lantern.worker")
 
@@ -39,8 +39,10 @@ class Worker:
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.microvm = microvm
         self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
@@ -75,6 +77,7 @@ class Worker:
             max_recoveries=self.max_recoveries,
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
+            microvm=self.microvm,
         )
         return self
 

@@ -39,6 +39,8 @@ async def serve(vm: Vm, handle: Handler) -> None:
             answer |= {"ok": True, "result": await handle(op, request)}
         except Refused as exc:
             answer |= {"ok": False, "error": str(exc), "status": exc.status}
+        except Exception as exc:  # the control plane is away, say: the VM hears of it
+            answer |= {"ok": False, "error": f"{type(exc).__name__}: {exc}", "status": 503}
         try:
             vm.writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
             await vm.writer.drain()

@@ -20,11 +20,13 @@ from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
+from lantern.runtime.relay import Relay
+from lantern.runtime.scheduler import Scheduler
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.routes import agents, health, receipts, runs, ui, workers
+from lantern.server.routes import agents, health, receipts, runs, runtime, ui, workers
 from lantern.store.base import open_store
 
 
@@ -35,6 +37,17 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
+        scheduler = Scheduler(
+            store,
+            worker_id=settings.worker_id,
+            node_ttl=settings.node_ttl,
+            lease_ttl=settings.lease_ttl,
+            listeners=tools.commit_listeners,
+        )
+        api.state.runtime = (
+            scheduler,
+            Relay(store, listeners=tools.commit_listeners, finished=issuer.after_finish),
+        )
         worker = Worker(
             store,
             tools,
@@ -44,15 +57,20 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
+            microvm=scheduler.adopt,
         )
         async with worker:
             api.state.services = Services(store, worker, settings, issuer)
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
+            scheduling = asyncio.create_task(
+                scheduler.run(worker.stopping), name="lantern-scheduler"
+            )
             try:
                 yield
             finally:
                 await worker.stop(grace)
                 await serving
+                await scheduling
         await store.close()
         tracing.shutdown()  # flushes the spans still batched
 
@@ -63,7 +81,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, agents, workers, health, receipts, ui):
+    for module in (runs, agents, workers, health, receipts, runtime, ui):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

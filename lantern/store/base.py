@@ -25,9 +25,10 @@ from lantern.store.records import (
     StoredReceipt,
     WorkerInfo,
 )
+from lantern.store.runtime import RuntimeStore
 
 
-class Store(Protocol):
+class Store(RuntimeStore, Protocol):
     """What the engine needs from a database, in the domain's words.
 
     Invariants are the database's job: one ``step_completed`` per (run, step), one lease
