@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.cluster import Cluster
 from tests.conftest import sqlite_url
+from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 
 pytestmark = pytest.mark.timeout(240)
