@@ -16,10 +16,36 @@ def runtime() -> None:
     """The microVM tier: drivers, runtime nodes and their VMs."""
 
 
+def image_dir() -> Path:
+    """Where build-image writes the qemu driver's image, and where the driver reads it."""
+    from lantern.cli.common import settings
+
+    return settings(click.get_current_context()).data_path / "runtime"
+
+
+@runtime.command("build-image")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+def build_image(out: Path | None) -> None:
+    """Build the kernel and initramfs the qemu driver boots, from this host's packages."""
+    from lantern.cli.common import fail
+    from lantern.runtime.image import ImageError, build
+
+    target = out or image_dir()
+    try:
+        vmlinux, initramfs = build(target)
+    except (ImageError, OSError) as exc:
+        fail(str(exc), 1)
+    click.echo(f"{vmlinux} ({vmlinux.stat().st_size // 1024} KiB)")
+    click.echo(f"{initramfs} ({initramfs.stat().st_size // 1024} KiB)")
+
+
 @runtime.command("check")
 def check() -> None:
     """Which drivers work on this host, and why the others don't (exit 0 when one works)."""
     from lantern.runtime.drivers import check as check_drivers
+    from lantern.runtime.drivers import use_image
+
+    use_image(image_dir())
 
     async def body() -> int:
         found = await check_drivers()
@@ -115,9 +141,10 @@ def node(
     import socket
 
     from lantern.cli.common import fail, opened, settings
-    from lantern.runtime.drivers import DriverUnavailable, pick
+    from lantern.runtime.drivers import DriverUnavailable, pick, use_image
     from lantern.runtime.node import Node
 
+    use_image(image_dir())
     s = settings(click.get_current_context())
     found: dict[str, str] = {}
     for pair in filter(None, labels.split(",")):

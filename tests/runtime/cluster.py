@@ -84,9 +84,10 @@ class Cluster:
             self.servers.append(Server(self.database_url, log, env=dict(FAST)).start())
         return self
 
-    def node(self, node_id: str, **kw: Any) -> RuntimeNodeProcess:
+    def node(self, node_id: str, server: int = 0, **kw: Any) -> RuntimeNodeProcess:
         log = self.tmp / f"{node_id}.log"
-        found = RuntimeNodeProcess(node_id, self.database_url, self.servers[0].url, log, **kw)
+        control = self.servers[server].url
+        found = RuntimeNodeProcess(node_id, self.database_url, control, log, **kw)
         self.nodes.append(found.start())
         return found
 

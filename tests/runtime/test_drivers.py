@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from lantern.runtime.drivers import Driver, probe
+from lantern.runtime.drivers import DRIVERS, Driver, probe
 from lantern.runtime.drivers.base import GUEST_SRC
+from tests.runtime.conftest import working
 from tests.runtime.vms import APPS, run_workload
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_boot(driver: Driver, tmp_path: Path) -> None:
@@ -24,6 +27,26 @@ def test_boot(driver: Driver, tmp_path: Path) -> None:
 
 
 def test_isolation(driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_isolation(driver, tmp_path, monkeypatch)
+
+
+def test_qemu_boots_a_vm_that_is_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One boot of a real VM (software emulation where no standard KVM is usable)."""
+    from lantern.runtime.drivers.qemu import QemuDriver
+    from lantern.runtime.image import build
+
+    if "qemu" not in DRIVERS or shutil.which("qemu-system-x86_64") is None:
+        working("qemu")
+    build(tmp_path / "image")
+    driver = QemuDriver(tmp_path / "image")
+    assert driver.unavailable() is None, driver.unavailable()
+    result = check_isolation(driver, tmp_path / "vm", monkeypatch)
+    assert result["kernel"].startswith("Linux 6.")  # the image's own kernel
+
+
+def check_isolation(
+    driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     secret_file = Path.cwd() / ".pytest-isolation-secret"  # under the checkout, not shared
     secret_file.write_text("host secret")
     monkeypatch.setenv("LANTERN_TEST_HOST_SECRET", "do-not-leak")
@@ -69,6 +92,7 @@ def test_isolation(driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert result["processes"] == []  # the test runner's own processes are invisible
     assert result["env"] is None
     assert "isolation.py" in result["app"]["value"]  # what is shared is there, read-only
+    return result
 
 
 def test_entrypoint_that_does_not_import(driver: Driver, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ async def run_workload(
     workdir: Path,
     app_dir: Path = APPS,
     memory_mb: int = 256,
-    timeout: float = 120,
+    timeout: float = 240,
 ) -> dict[str, Any]:
     """What the harness told its node: ``{"done": ..., "failed": ..., "reports": [...]}``."""
     seen: dict[str, Any] = {"reports": []}

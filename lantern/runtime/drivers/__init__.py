@@ -10,11 +10,12 @@ from typing import Any
 
 from lantern.runtime.drivers.base import Driver, DriverUnavailable, Vm, VmSpec
 from lantern.runtime.drivers.gvisor import GVisorDriver
+from lantern.runtime.drivers.qemu import QemuDriver
 from lantern.runtime.drivers.sandbox import SandboxDriver
 
 __all__ = ["DRIVERS", "Driver", "DriverUnavailable", "Vm", "VmSpec", "check", "pick"]
 
-DRIVERS: dict[str, Driver] = {d.name: d for d in (GVisorDriver(), SandboxDriver())}
+DRIVERS: dict[str, Driver] = {d.name: d for d in (QemuDriver(), GVisorDriver(), SandboxDriver())}
 NAMES = ("auto", *DRIVERS)
 PROBE_ENTRYPOINT = "lantern.workload.probe:ping"
 
@@ -28,7 +29,14 @@ class Check:
     seconds: float
 
 
-async def probe(driver: Driver, workdir: Path | None = None, within: float = 60.0) -> Check:
+def use_image(path: Path) -> None:
+    """Where the ``qemu`` driver finds the image ``lantern runtime build-image`` made."""
+    qemu = DRIVERS["qemu"]
+    assert isinstance(qemu, QemuDriver)
+    qemu.image = path
+
+
+async def probe(driver: Driver, workdir: Path | None = None, within: float = 120.0) -> Check:
     """Boot one VM under ``driver`` and run the harness's ping workload through the channel."""
     from lantern.runtime.channel import serve
 

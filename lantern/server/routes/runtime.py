@@ -27,7 +27,10 @@ def _runtime(request: Request) -> tuple[Scheduler, Relay]:
     return found
 
 
-@router.post("/v1/runtime/report")
+VM_TOKEN: dict[str, Any] = {"security": [{"vmToken": []}]}
+
+
+@router.post("/v1/runtime/report", openapi_extra=VM_TOKEN)
 async def report(request: Request, body: Report) -> dict[str, Any]:
     """Step events a VM's harness reported, relayed by its runtime node under the VM's token."""
     _, relay = _runtime(request)
@@ -36,7 +39,7 @@ async def report(request: Request, body: Report) -> dict[str, Any]:
     return {"written": written}
 
 
-@router.get("/v1/runtime/steps")
+@router.get("/v1/runtime/steps", openapi_extra=VM_TOKEN)
 async def steps(request: Request) -> dict[str, Any]:
     """The run's completed steps and their outputs, for a resumed workload."""
     _, relay = _runtime(request)

