@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from tests.conftest import sqlite_url
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
+from tests.server import LANTERN
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -154,3 +157,14 @@ def test_node_loss_mid_step_resumes_on_the_other_node(cluster: Cluster) -> None:
     terminated = next(e for e in events if e["kind"] == "vm_terminated")
     assert terminated["data"]["reason"] == "node_lost"
     assert terminated["data"]["vmId"] == lost["vmId"]
+    # What an operator reads: the waterfall's VM lanes and the VMs of the run.
+    env = {k: v for k, v in os.environ.items() if k not in ("LANTERN_URL", "LANTERN_API_KEY")}
+    env["LANTERN_DATABASE_URL"] = cluster.database_url
+    shown = subprocess.run(
+        [LANTERN, "runs", "show", run_id], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "node_lost" in shown and "LANTERN_RESUME=1, 1 step(s) served from the journal" in shown
+    listed = subprocess.run(
+        [LANTERN, "runtime", "vms", run_id], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert lost["vmId"] in listed and resumed["vmId"] in listed and "node_lost" in listed
