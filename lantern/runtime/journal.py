@@ -1,5 +1,9 @@
 """How the microVM tier writes the journal: through the store's fenced append, as every drive.
 
+(The drive discipline of every run kind is moving into one module, ``engine/drive.py``; until
+it lands, this is the runner's ``_commit`` for reports: the append, its metrics and the commit
+listeners, nothing more.)
+
 A VM never writes: its runtime node relays its reports and the control plane commits them
 here, fenced on the run lease the node holds (its epoch is on the VM's row), so a VM whose
 node was thought lost, or any VM that is not the run's live one, cannot write a thing.
@@ -11,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lantern.engine.journal import EventWriter
+from lantern.engine.journal import EventWriter, count_committed
 from lantern.observability import metrics
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, NewEvent, RunUpdate
@@ -36,7 +40,7 @@ async def commit(
     started = time.perf_counter()
     await store.append(Append(lease, tuple(events), update))
     metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
-    metrics.committed(events)
+    count_committed(events)
     for listener in listeners:
         listener(lease.run_id, events)
 

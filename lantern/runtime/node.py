@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from lantern.engine import events as ev
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
 from lantern.runtime.channel import Refused, serve
@@ -160,7 +161,12 @@ class Node:
                 running.handle.kill()
             if not running.ended:
                 with suppress(Exception):
-                    await self._send(running, [{"kind": "vm_terminated", "reason": "killed"}])
+                    await self._send(running, [{"kind": ev.VM_TERMINATED, "reason": "killed"}])
+            if not running.ended:
+                # The control plane did not hear of the end (it is away): end the row at least,
+                # or the run would keep a live VM that is gone and never be resumed.
+                with suppress(Exception):
+                    await self.store.end_vm(row.vm_id, "terminated", "killed", None)
             # Hand the run on at once: the scheduler resumes it without waiting for the TTL.
             with suppress(Exception):
                 await self.store.release_lease(running.lease)
@@ -181,7 +187,7 @@ class Node:
             workdir=None if self.workdir is None else self.workdir / row.vm_id,
         )
         running.handle = handle = await self.driver.start(spec)
-        if not await self._send(running, [{"kind": "vm_started"}]):
+        if not await self._send(running, [{"kind": ev.VM_STARTED}]):
             return
         keeper = asyncio.create_task(self._keep(running))
         outcome: dict[str, Any] = {}
@@ -219,7 +225,7 @@ class Node:
                 )
                 await self._send(
                     running,
-                    [{"kind": "vm_terminated", "reason": "timeout", "message": message}],
+                    [{"kind": ev.VM_TERMINATED, "reason": "timeout", "message": message}],
                 )
                 return
         finally:
@@ -235,10 +241,10 @@ class Node:
                 "VM %s ended without an outcome (exit %s): %s", row.vm_id, code, handle.log[-500:]
             )
             await self._send(
-                running, [{"kind": "vm_terminated", "reason": "killed", "exitCode": code}]
+                running, [{"kind": ev.VM_TERMINATED, "reason": "killed", "exitCode": code}]
             )
             return
-        await self._send(running, [{"kind": "vm_exited", "exitCode": code, "outcome": end}])
+        await self._send(running, [{"kind": ev.VM_EXITED, "exitCode": code, "outcome": end}])
 
     async def _keep(self, running: Running) -> None:
         """Renew the run lease while the VM lives; a lost lease stops the VM."""
@@ -302,7 +308,7 @@ class Node:
         except (Refused, httpx.HTTPError) as exc:
             log.warning("report of VM %s not taken: %s", running.row.vm_id, exc)
             return False
-        if events[-1]["kind"] in ("vm_exited", "vm_terminated"):
+        if events[-1]["kind"] in (ev.VM_EXITED, ev.VM_TERMINATED):
             running.ended = True
         return True
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.journal import fold
 from lantern.errors import Conflict, LeaseLost, Unauthorized, UsageError
 from lantern.runtime import metrics
@@ -25,7 +26,7 @@ from lantern.store.codec import dumps
 from lantern.store.records import Lease, NewEvent, RunUpdate
 from lantern.store.runtime import Vm
 
-STEP_KINDS = ("step_started", "step_completed", "step_failed", "step_retrying")
+STEP_KINDS = (ev.STEP_STARTED, ev.STEP_COMPLETED, ev.STEP_FAILED, ev.STEP_RETRYING)
 TOKEN_PREFIX = "lvm"
 MAX_STEP_ID = 200
 
@@ -88,12 +89,12 @@ class Relay:
         if not isinstance(entries, list) or not entries:
             raise UsageError("events must be a non-empty list")
         lock = self._locks.setdefault(vm.run_id, asyncio.Lock())
-        async with lock:
-            try:
+        try:
+            async with lock:
                 return await self._report(vm, entries)
-            finally:
-                if not lock.locked():
-                    self._locks.pop(vm.run_id, None)
+        finally:
+            if not lock.locked():  # nobody else waits on it: forget it
+                self._locks.pop(vm.run_id, None)
 
     async def _report(self, vm: Vm, entries: list[Any]) -> int:
         vm = await self._live(vm)
@@ -107,37 +108,34 @@ class Relay:
             kind = entry.get("kind") if isinstance(entry, dict) else None
             if kind in STEP_KINDS:
                 events.append(_step_event(w, kind, entry))
-            elif kind == "vm_started":
-                events.append(w.event("vm_started", vm_data(vm, driver=vm.driver)))
-            elif kind == "vm_exited":
+            elif kind == ev.VM_STARTED:
+                events.append(w.event(ev.VM_STARTED, vm_data(vm, driver=vm.driver)))
+            elif kind == ev.VM_EXITED:
                 code = _code(entry)
                 outcome = entry.get("outcome")
                 if not isinstance(outcome, dict) or not ("output" in outcome or "error" in outcome):
                     raise UsageError("vm_exited needs an outcome with output or error")
-                events.append(w.event("vm_exited", vm_data(vm, exitCode=code, reason="exited")))
+                events.append(w.event(ev.VM_EXITED, vm_data(vm, exitCode=code, reason="exited")))
                 if "error" in outcome:
                     error = _error(outcome["error"])
-                    events.append(w.event("run_failed", {"error": error}))
+                    events.append(w.event(ev.RUN_FAILED, {"error": error}))
                     update = RunUpdate("failed", error=error)
                 else:
                     output = json.loads(dumps(outcome["output"]))
-                    events.append(w.event("run_succeeded", {"output": output}))
+                    events.append(w.event(ev.RUN_SUCCEEDED, {"output": output}))
                     update = RunUpdate("succeeded", output=output)
                 ending = ("exited", "exited", code)
-            elif kind == "vm_terminated":
+            elif kind == ev.VM_TERMINATED:
                 reason = entry.get("reason")
                 if reason not in ("timeout", "killed"):
                     raise UsageError("vm_terminated reason must be timeout or killed")
                 code = _code(entry)
-                events.append(w.event("vm_terminated", vm_data(vm, exitCode=code, reason=reason)))
+                events.append(w.event(ev.VM_TERMINATED, vm_data(vm, exitCode=code, reason=reason)))
                 if reason == "timeout":
-                    error = {
-                        "code": "timeout",
-                        "class": "timeout",
-                        "retryable": False,
-                        "message": str(entry.get("message") or "the workload ran past timeoutS"),
-                    }
-                    events.append(w.event("run_failed", {"error": error}))
+                    message = str(entry.get("message") or "the workload ran past timeoutS")
+                    error = ev.run_error(ev.E_TIMEOUT, message, retryable=False)
+                    error["class"] = "timeout"
+                    events.append(w.event(ev.RUN_FAILED, {"error": error}))
                     update = RunUpdate("failed", error=error)
                 ending = ("terminated", reason, code)
             else:
@@ -148,7 +146,7 @@ class Relay:
             await commit(self.store, lease, events, update, self.listeners)
         except LeaseLost as exc:
             raise Conflict(f"VM {vm.vm_id} no longer holds run {vm.run_id}: {exc}") from exc
-        if any(e.kind == "vm_started" for e in events) and await self.store.set_vm_running(
+        if any(e.kind == ev.VM_STARTED for e in events) and await self.store.set_vm_running(
             vm.vm_id
         ):
             placed = (datetime.now(UTC) - vm.created_at).total_seconds()
@@ -168,15 +166,15 @@ def _step_event(w: Any, kind: str, entry: dict[str, Any]) -> NewEvent:
         raise UsageError(f"stepId must be a string of 1 to {MAX_STEP_ID} characters")
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise UsageError("attempt must be a positive integer")
-    if kind == "step_completed":
+    if kind == ev.STEP_COMPLETED:
         if "output" not in entry:
             raise UsageError("step_completed needs an output")
         output = json.loads(dumps(entry["output"]))
         return w.completed(step, attempt, output)  # type: ignore[no-any-return]
-    data = entry.get("data", {"type": "step"} if kind == "step_started" else {})
+    data = entry.get("data", {"type": "step"} if kind == ev.STEP_STARTED else {})
     if not isinstance(data, dict):
         raise UsageError("data must be an object")
-    if kind == "step_failed":
+    if kind == ev.STEP_FAILED:
         data = {"error": _error(data.get("error"))}
     return w.event(kind, data, step_id=step, attempt=attempt)  # type: ignore[no-any-return]
 
@@ -190,10 +188,10 @@ def _code(entry: dict[str, Any]) -> int | None:
 
 def _error(error: Any) -> dict[str, Any]:
     if not isinstance(error, dict):
-        return {"code": "workload_failed", "message": str(error), "class": "tool"}
+        return {"code": ev.E_WORKLOAD_FAILED, "message": str(error), "class": "tool"}
     message = str(error.get("message", ""))[:4000]
     return {
-        "code": str(error.get("code") or "workload_failed"),
+        "code": str(error.get("code") or ev.E_WORKLOAD_FAILED),
         "message": message,
         "class": str(error.get("class") or "tool"),
         "retryable": bool(error.get("retryable", False)),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MAX_RESUME_ATTEMPTS, MicroVmAgent
 from lantern.errors import DefinitionError, LeaseLost
@@ -163,7 +164,7 @@ class Scheduler:
                 w = await writer(self.store, vm.run_id)
                 data = vm_data(vm, exitCode=None, reason=reason)
                 await commit(
-                    self.store, lease, [w.event("vm_terminated", data)], None, self.listeners
+                    self.store, lease, [w.event(ev.VM_TERMINATED, data)], None, self.listeners
                 )
             if await self.store.end_vm(vm.vm_id, "terminated", reason, None, leader):
                 metrics.VM_ENDS.labels(reason).inc()
@@ -218,15 +219,15 @@ class Scheduler:
         events: list[NewEvent] = []
         update: RunUpdate | None = None
         if run.status == "queued":
-            events.append(w.event("run_started", {"worker": self.worker_id, "tier": "microvm"}))
+            events.append(w.event(ev.RUN_STARTED, {"worker": self.worker_id, "tier": "microvm"}))
             update = RunUpdate("running")
         if len(vms) >= MAX_RESUME_ATTEMPTS:
-            error = {
-                "code": "microvm_resume_exhausted",
-                "attempts": len(vms),
-                "message": f"the run lost {len(vms)} VMs; it is not resumed again",
-            }
-            events.append(w.event("run_failed", {"error": error}))
+            error = ev.run_error(
+                ev.E_MICROVM_EXHAUSTED,
+                f"the run lost {len(vms)} VMs; it is not resumed again",
+                attempts=len(vms),
+            )
+            events.append(w.event(ev.RUN_FAILED, {"error": error}))
             await commit(
                 self.store, lease, events, RunUpdate("failed", error=error), self.listeners
             )
@@ -235,8 +236,8 @@ class Scheduler:
             return None
         agent = await self._agent(run)
         if agent is None:
-            error = {"code": "definition", "message": "the agent has no valid runtime block"}
-            events.append(w.event("run_failed", {"error": error}))
+            error = ev.run_error("definition", "the agent has no valid runtime block")
+            events.append(w.event(ev.RUN_FAILED, {"error": error}))
             await commit(
                 self.store, lease, events, RunUpdate("failed", error=error), self.listeners
             )
@@ -266,7 +267,7 @@ class Scheduler:
             resume=attempt > 1,
         )
         data = vm_data(vm, driver=vm.driver, resume=vm.resume, memoryMb=vm.memory_mb)
-        events.append(w.event("vm_scheduled", data))
+        events.append(w.event(ev.VM_SCHEDULED, data))
         await commit(self.store, lease, events, update, self.listeners)
         if not await self.store.place_vm(leader, vm):
             log.warning("placement of %s for run %s refused (no longer leader?)", vm.vm_id, run.id)
