@@ -82,6 +82,7 @@ def check_isolation(
     finally:
         server.close()
         secret_file.unlink()
+    assert "done" in seen, f"exit {seen['exit']}: {seen['log'][-3000:]}"
     result = seen["done"]["output"]
     assert [r["ok"] for r in result["read"]] == [False, False], result
     assert result["root"]["ok"] is False or result["root"]["value"] in ([], [".pyenv"]), result
