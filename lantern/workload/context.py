@@ -16,6 +16,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Protocol
 
 _RESUMED = False
@@ -94,6 +95,7 @@ class Context:
         self,
         name: str,
         fn: Callable[..., Any],
+        /,
         *args: Any,
         retry: Mapping[str, Any] | None = None,
         timeout_ms: int | None = None,
@@ -155,6 +157,10 @@ class Context:
         whose timer had completed does not sleep again."""
         await self.step(name, asyncio.sleep, seconds)
 
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """``sleep`` until an aware ``datetime``."""
+        await self.step(name, _sleep_until, when.timestamp())
+
     async def model(self, *args: Any, **kwargs: Any) -> Any:
         raise Unsupported("ctx.model is not available inside a microVM workload yet")
 
@@ -199,6 +205,30 @@ class Context:
             )
             result = await asyncio.wait_for(result, remaining)
         return result
+
+
+def _sleep_until(at: float) -> None:
+    time.sleep(max(0.0, at - time.time()))
+
+
+class BlockingContext:
+    """What a plain ``def`` workload receives: the same methods, returning their values."""
+
+    def __init__(self, inner: Context) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(found):
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run(found(*args, **kwargs))
+
+        return call
+
+    def key_for(self, name: str) -> str:
+        return self._inner.key_for(name)
 
 
 def _error(exc: BaseException, step_id: str, timeout_ms: int | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lantern.workload.channel import Channel, ChannelError
-from lantern.workload.context import Context, StepFailed, _set_resumed
+from lantern.workload.context import BlockingContext, Context, StepFailed, _set_resumed
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the workload raised: the run failed
@@ -67,8 +67,10 @@ def run(channel: Channel, *, resume: bool) -> int:
     ctx = Context(channel, hello["runId"], completed)
     given = hello.get("input")
     kwargs = given if isinstance(given, dict) else {"input": given}
+    # A plain ``def`` gets the same methods, blocking, as a code-first agent's does.
+    handed: Any = ctx if inspect.iscoroutinefunction(fn) else BlockingContext(ctx)
     try:
-        result = fn(ctx, **kwargs)
+        result = fn(handed, **kwargs)
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
         output = json.loads(json.dumps(result))

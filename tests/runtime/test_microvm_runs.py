@@ -168,3 +168,31 @@ def test_node_loss_mid_step_resumes_on_the_other_node(cluster: Cluster) -> None:
         [LANTERN, "runtime", "vms", run_id], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert lost["vmId"] in listed and resumed["vmId"] in listed and "node_lost" in listed
+
+
+def test_an_agent_no_runtime_node_could_run_is_refused(shared: Cluster) -> None:
+    block = {"tier": "microvm", "entrypoint": "jobs:three"}
+    for extra, expected in (
+        ({"driver": "qemu"}, "runtime.driver 'qemu' runs on no runtime node here"),
+        ({"memoryMb": 8192}, "runtime.memoryMb 8192 is above every runtime node's memory"),
+    ):
+        answer = shared.api(
+            "PUT", "/v1/agents/never", json={"name": "never", "runtime": {**block, **extra}}
+        )
+        assert answer.status_code == 422, answer.text
+        assert expected in answer.json()["detail"]
+        assert "sandbox" in answer.json()["detail"] or "largest" in answer.json()["detail"]
+    assert shared.api("GET", "/v1/agents/never").status_code == 404  # nothing stored
+    nodes = shared.ok("GET", "/v1/runtime/nodes")["items"]
+    assert sorted((n["nodeId"], n["driver"], n["state"]) for n in nodes) == [
+        ("n1", "sandbox", "up"),
+        ("n2", "sandbox", "up"),
+    ]
+    assert all(n["labels"] == {"test": "1"} for n in nodes)
+
+
+def test_a_plain_def_entrypoint_runs_with_a_blocking_context(shared: Cluster) -> None:
+    shared.agent("plain", "jobs:plain")
+    run = shared.finished(shared.start_run("plain", {"n": 21}))
+    assert run["status"] == "succeeded", run
+    assert run["output"] == {"doubled": 42, "run": run["id"]}

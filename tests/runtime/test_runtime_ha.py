@@ -124,6 +124,8 @@ def test_reports_under_a_wrong_or_stale_token_write_nothing(tmp_path: Path) -> N
                 await store.close()
 
         cluster.wait_for(lambda: cluster.events(run_id))  # run_started: it waits for a node
+        waiting = cluster.ok("GET", "/v1/runtime/scheduler")["waiting"]
+        assert {"runId": run_id, "reason": "no runtime node is up"} in waiting
         report = {"events": [{"kind": "step_started", "stepId": "a", "attempt": 1}]}
         url = cluster.servers[0].url + "/v1/runtime/report"
         none = httpx.post(url, json=report)

@@ -74,3 +74,14 @@ def test_a_step_sees_its_key_and_a_failure_is_reported() -> None:
     failed = channel.asked[-1][1]["events"][0]
     assert failed["kind"] == "step_failed"
     assert "PermissionError" in failed["data"]["error"]["message"]
+
+
+def test_a_plain_def_workload_gets_a_blocking_context() -> None:
+    from lantern.workload.context import BlockingContext
+
+    channel = Recorder()
+    ctx = BlockingContext(Context(channel, "run-1", {"a": 1}))
+    assert ctx.step("a", lambda: 99) == 1  # served
+    assert ctx.step("b", lambda x: x + 1, 41) == 42
+    assert ctx.run_id == "run-1"
+    assert [f["events"][0]["kind"] for _, f in channel.asked] == ["step_started", "step_completed"]

@@ -22,6 +22,7 @@ from lantern.runtime.drivers.base import (
     Driver,
     ProcessVm,
     VmSpec,
+    die_with_node,
     guest_env,
     harness_argv,
     log_file,
@@ -152,6 +153,7 @@ class GVisorDriver(Driver):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=die_with_node,
                 limit=16 * 1024 * 1024,
             )
         return GVisorVm(process, log_path, state, cid)

@@ -23,6 +23,7 @@ from lantern.runtime.drivers.base import (
     DriverUnavailable,
     Vm,
     VmSpec,
+    die_with_node,
     guest_env,
     log_file,
     python_binary,
@@ -188,6 +189,7 @@ class QemuDriver(Driver):
                 "unshare", "--mount", "--propagation", "private", "sh", "-c", fs_cmd,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,
+                preexec_fn=die_with_node,
             )  # fmt: skip
             for _ in range(200):  # virtiofsd makes its socket once the binds are done
                 if fs_sock.exists() or fs.returncode is not None:
@@ -224,6 +226,7 @@ class QemuDriver(Driver):
                 "-device", "virtserialport,chardev=ch,name=lantern",
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,
+                preexec_fn=die_with_node,
             )  # fmt: skip
         try:
             reader, writer = await asyncio.wait_for(connected, 30)

@@ -18,6 +18,7 @@ from lantern.runtime.drivers.base import (
     Driver,
     ProcessVm,
     VmSpec,
+    die_with_node,
     guest_env,
     harness_argv,
     log_file,
@@ -65,6 +66,7 @@ class SandboxDriver(Driver):
         limit = spec.memory_mb * 1024 * 1024
 
         def cap() -> None:
+            die_with_node()
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
         with log_file(log_path) as log:

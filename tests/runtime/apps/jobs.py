@@ -50,3 +50,9 @@ async def writes_app(ctx):
     except OSError as exc:
         return {"denied": f"{type(exc).__name__}: {exc}"}
     return {"denied": None}
+
+
+def plain(ctx, n=2):
+    """A plain def: its ctx blocks and returns values."""
+    doubled = ctx.step("double", lambda: n * 2)
+    return {"doubled": doubled, "run": ctx.run_id}
