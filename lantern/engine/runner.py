@@ -36,6 +36,7 @@ from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
 from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
@@ -68,9 +69,11 @@ class Runner:
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        live: LiveText | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.live = live or LiveText()  # model steps' text as it is generated (not journaled)
         # A microVM run is not driven here: this hands it, with its lease, to the tier's
         # scheduler (resumeMicroVMRun). Without one the lease is let go for a replica that has.
         self.microvm = microvm
@@ -577,12 +580,14 @@ class _Drive:
                 lambda: spend.of_graph(self.graph, self.outputs),
             ),
             start_child=functools.partial(self._start_child, step, attempt),
+            on_text=self.r.live.sink(self.run.id, step, attempt),
         )
         work = observed(executor_for(node.type), ctx)
         limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
         if limit is not None:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)
+        task.add_done_callback(lambda _: self.r.live.finished(self.run.id, step, attempt))
         self.tasks[task] = step
 
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:

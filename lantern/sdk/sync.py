@@ -2,7 +2,7 @@
 
 Each ``Client`` owns a private event loop running in a daemon thread; every method hands the
 ``AsyncClient`` coroutine of the same name to that loop and blocks until it is done. Iterators
-(``iter_runs``, ``iter_agents``, ``follow``) become plain generators. All logic lives in
+(``iter_runs``, ``iter_agents``, ``follow``, ``stream``) become plain generators. All logic lives in
 ``client.py``: a method here is one line.
 
 Because the loop is private, a ``Client`` also works from a thread whose own event loop is
@@ -23,6 +23,7 @@ from typing import Any, Self, TypeVar
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
 from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus
+from lantern.sdk.stream import StreamItem
 
 T = TypeVar("T")
 
@@ -166,6 +167,9 @@ class Client:
 
     def follow(self, run_id: str, *, after: int = 0, poll: float = 0.5) -> Iterator[Event]:
         return self._thread.iterate(self._async.follow(run_id, after=after, poll=poll))
+
+    def stream(self, run_id: str, *, after: int = 0) -> Iterator[StreamItem]:
+        return self._thread.iterate(self._async.stream(run_id, after=after))
 
     def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
         return self._thread.run(self._async.wait(run_id, timeout=timeout))
