@@ -10,6 +10,7 @@ from the trigger).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lantern.engine.graph import Graph
@@ -77,3 +78,30 @@ def ancestors(graph: Graph, node: str) -> frozenset[str]:
     order parallel branches happened to finish in.
     """
     return graph.upstream[node]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What follows from the journal so far: the nodes to start, and whether the run ends."""
+
+    start: tuple[str, ...]
+    done: bool  # every node completed or skipped, and nothing parked
+    output: Any = None  # the run's output, when done
+
+
+def plan(
+    graph: Graph,
+    completed: Mapping[str, Any],
+    started: Collection[str],
+    *,
+    parked: bool = False,
+    hold: bool = False,
+) -> Plan:
+    """The next actions of a graph run, decided from its journal alone (no I/O).
+
+    ``parked``: some step waits (an approval, a sub-agent), so the run cannot end yet;
+    ``hold``: start nothing (an anomaly's pause, a clean stop).
+    """
+    start = () if hold else tuple(ready(graph, completed, started))
+    done = not parked and finished(graph, completed)
+    return Plan(start, done, run_output(graph, completed) if done else None)

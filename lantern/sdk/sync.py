@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
-from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus
+from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus, Worker
 from lantern.sdk.stream import StreamItem
 
 T = TypeVar("T")
@@ -205,6 +205,9 @@ class Client:
         self, *, limit: int | None = None, cursor: str | None = None
     ) -> Iterator[Agent]:
         return self._thread.iterate(self._async.iter_agents(limit=limit, cursor=cursor))
+
+    def workers(self) -> list[Worker]:
+        return self._thread.run(self._async.workers())
 
     def health(self) -> bool:
         return self._thread.run(self._async.health())
