@@ -254,12 +254,13 @@ def demo(story: str | None, workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import journal, keys, receipts, runtime, serve, webhooks, workers
+    from lantern.cli import journal, keys, receipts, runtime, secrets, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
     cli.add_command(workers.workers)
     cli.add_command(webhooks.webhooks)
+    cli.add_command(secrets.secrets)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     cli.add_command(runtime.runtime)

@@ -24,17 +24,26 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         raise NotFound(f"run {run_id} not found")
     if run.finished or not await store.request_cancel(run_id):
         raise Conflict(f"run {run_id} has already finished ({run.status})")
+    await _finish_if_free(store, run_id, worker_id, ttl)
+    # The runs its sub-agents started, and theirs: a worklist, not recursion, so a chain of
+    # any depth is cancelled without exhausting the stack.
+    pending = [run_id]
+    while pending:
+        for child in await store.children(pending.pop()):
+            if child.finished or not await store.request_cancel(child.id):
+                continue  # it finished meanwhile
+            await _finish_if_free(store, child.id, worker_id, ttl)
+            pending.append(child.id)
+    found = await store.get_run(run_id)
+    assert found is not None
+    return found
+
+
+async def _finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
     # Only a free or expired lease: a live holder, even in this process, cancels it itself.
     lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
     if lease is not None:
         await _finish(store, lease)
-    for child in await store.children(run_id):
-        if not child.finished:
-            with suppress(Conflict):  # it finished meanwhile
-                await cancel_run(store, child.id, worker_id, ttl)
-    found = await store.get_run(run_id)
-    assert found is not None
-    return found
 
 
 async def _finish(store: Store, lease: Lease) -> None:

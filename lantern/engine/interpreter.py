@@ -77,7 +77,7 @@ def ancestors(graph: Graph, node: str) -> frozenset[str]:
     Limiting templates to ancestors keeps a step's inputs the same in every re-drive, whatever
     order parallel branches happened to finish in.
     """
-    return graph.upstream[node]
+    return graph.ancestors(node)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from lantern.errors import NotFound
 from lantern.models import registry
 from lantern.models.registry import Models
 from lantern.observability import tracing
+from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.records import Lease, Run
 
@@ -52,9 +53,11 @@ class Runner:
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         models: Models | None = None,
         live: LiveText | None = None,
+        vault: Callable[[], Vault] | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self._vault = vault  # made on first use: most runs never open a secret
         # A microVM run is not driven here: this hands it, with its lease, to the tier's
         # scheduler (resumeMicroVMRun). Without one the lease is let go for a replica that has.
         self.microvm = microvm
@@ -71,6 +74,12 @@ class Runner:
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent] = {}
         self.retry_rates = RetryRates()
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
+
+    async def secret_values(self, workspace: str) -> dict[str, str]:
+        """The workspace's secrets, opened, for a step that dispatches now."""
+        if self._vault is None:
+            return {}
+        return await self._vault().values(workspace)
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
         """Recent usage of the agent's steps, read at most once a minute per agent."""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern import config, limits
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
-from lantern.errors import Conflict, DefinitionError, UsageError
+from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
-from lantern.store.codec import value_problem
+from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
@@ -21,11 +23,12 @@ DEFAULT_WORKSPACE = "default"
 async def apply_agent(
     store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
 ) -> AgentVersion:
-    """Validate (raising DefinitionError with every problem) and store a new version."""
-    problem = value_problem(definition)
-    if problem is not None:
-        raise DefinitionError([f"the definition cannot be stored: {problem}"])
-    graph = parse_agent(definition)
+    """Validate (raising DefinitionError with every problem) and store a new version.
+
+    Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
+    template parsed): it runs on a thread, so the event loop every tenant shares keeps
+    answering meanwhile."""
+    graph = await asyncio.to_thread(_validated, definition)
     if isinstance(graph, MicroVmAgent):
         await check_runnable(store, graph)
     return await store.put_agent(workspace, graph.name, definition)
@@ -55,6 +58,26 @@ async def check_runnable(store: Store, agent: MicroVmAgent) -> None:
         raise DefinitionError(problems)
 
 
+def _validated(definition: Any) -> Any:
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph;
+    a graph past the node limit is refused before anything walks it."""
+    graph = definition.get("graph") if isinstance(definition, dict) else None
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    if isinstance(nodes, list) and len(nodes) > limits.MAX_NODES:
+        raise DefinitionError(
+            [f"the graph has {len(nodes)} nodes; the limits are {limits.MAX_NODES} nodes"]
+        )
+    problem = value_problem(definition)
+    if problem is not None:
+        raise DefinitionError([f"the definition cannot be stored: {problem}"])
+    size = len(dumps(definition).encode())
+    if size > limits.MAX_DEFINITION_BYTES:
+        raise TooLarge(
+            f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
+        )
+    return parse_agent(definition)
+
+
 async def create_run(
     store: Store,
     agent_name: str,
@@ -74,6 +97,16 @@ async def create_run(
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
     digest = _request_digest(agent_name, input)
+    if idempotency_key is not None:
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is not None:
+            return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    quota = config.max_queued_runs()
+    if await store.queued_count(workspace, quota) >= quota:
+        raise UsageError(
+            f"workspace {workspace!r} has {quota} runs queued, the limit "
+            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
+        )
     now = datetime.now(UTC)
     run = Run(
         id=run_id or new_run_id(),

@@ -6,6 +6,7 @@ from typing import Any
 
 from lantern import config
 from lantern.effects import email, http
+from lantern.nodes import templates
 from lantern.nodes.base import StepContext
 
 
@@ -15,12 +16,13 @@ async def execute(ctx: StepContext) -> Any:
     return await http.send(
         ctx.http,
         method=str(ctx.node.data.get("method", "POST")).upper(),
-        url=ctx.render("url"),
+        url=ctx.render_url("url"),
         headers=ctx.render("headers", {}),
         body=ctx.render("body"),
         idempotency_key=ctx.idempotency_key,
         timeout_s=float(ctx.node.data.get("timeoutMs", 30_000)) / 1000,
         signing_secrets=await ctx.signing_secrets(),
+        follow_redirects=bool(ctx.node.data.get("followRedirects", False)),
     )
 
 
@@ -34,7 +36,7 @@ async def _email(ctx: StepContext) -> Any:
         sender=ctx.render("from"),
         subject=ctx.render("subject", ""),
         text=_body(ctx, "text" if "text" in data else "body"),
-        html=_body(ctx, "html"),
+        html=_html(ctx),
         idempotency_key=ctx.idempotency_key,
         timeout_s=float(data.get("timeoutMs", 60_000)) / 1000,
     )
@@ -45,4 +47,15 @@ def _body(ctx: StepContext, field: str) -> Any:
     if field not in ctx.node.data:
         return None
     value = ctx.render(field)
+    return "" if value is None else value
+
+
+def _html(ctx: StepContext) -> Any:
+    """The HTML part: values interpolated into it are HTML-escaped (``|safe`` keeps one as
+    is), so input cannot add markup, links or scripts to a message the operator's relay sends."""
+    if "html" not in ctx.node.data:
+        return None
+    value = templates.render_html(
+        ctx.node.data["html"], dict(ctx.scope), where=f"{ctx.node.id}.html"
+    )
     return "" if value is None else value

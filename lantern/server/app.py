@@ -17,16 +17,30 @@ from starlette.types import ASGIApp
 from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
+from lantern.effects.egress import EgressPolicy
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
 from lantern.runtime.relay import Relay
 from lantern.runtime.scheduler import Scheduler
+from lantern.secrets import box
+from lantern.secrets.vault import Vault
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.routes import agents, health, receipts, runs, runtime, stream, ui, workers
+from lantern.server.ratelimit import Limiter
+from lantern.server.routes import (
+    agents,
+    health,
+    receipts,
+    runs,
+    runtime,
+    secrets,
+    stream,
+    ui,
+    workers,
+)
 from lantern.store.base import open_store
 
 
@@ -48,6 +62,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             scheduler,
             Relay(store, listeners=tools.commit_listeners, finished=issuer.after_finish),
         )
+        vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(
             store,
             tools,
@@ -57,10 +72,14 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
+            egress=EgressPolicy.parse(settings.egress_allow),
+            vault=vault,
             microvm=scheduler.adopt,
         )
         async with worker:
-            api.state.services = Services(store, worker, settings, issuer)
+            api.state.services = Services(
+                store, worker, settings, issuer, vault, Limiter(settings.rate_limit)
+            )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             scheduling = asyncio.create_task(
                 scheduler.run(worker.stopping), name="lantern-scheduler"
@@ -81,8 +100,8 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, stream, agents, workers, health, receipts, runtime, ui):
+    for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]
-    return Guard(api, settings.max_body_bytes)
+    return Guard(api, settings.max_body_bytes, settings.body_timeout)

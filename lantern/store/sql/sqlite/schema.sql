@@ -144,6 +144,22 @@ BEGIN
     WHERE id = NEW.run_id;
 END;
 
+CREATE TABLE secrets (
+    workspace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    key_id      TEXT NOT NULL,
+    sealed      BLOB NOT NULL,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (workspace, name)
+);
+
+CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';
+
+CREATE TABLE workspace_claims (
+    workspace   TEXT PRIMARY KEY,
+    claimed_at  REAL NOT NULL
+
 CREATE TABLE runtime_nodes (
     node_id       TEXT    PRIMARY KEY,
     driver        TEXT    NOT NULL,
