@@ -166,6 +166,7 @@ CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE stat
 CREATE TABLE workspace_claims (
     workspace   text PRIMARY KEY,
     claimed_at  timestamptz NOT NULL
+);
 
 CREATE TABLE runtime_nodes (
     node_id       text        PRIMARY KEY,

@@ -159,6 +159,7 @@ CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE stat
 CREATE TABLE workspace_claims (
     workspace   TEXT PRIMARY KEY,
     claimed_at  REAL NOT NULL
+);
 
 CREATE TABLE runtime_nodes (
     node_id       TEXT    PRIMARY KEY,
