@@ -8,6 +8,7 @@ build, and reaches the engine only through the public ``App.on_commit`` observer
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Sequence
@@ -86,3 +87,11 @@ async def crm_lookup(id: str) -> dict[str, str]:
 def orders_list(customer: str, limit: int = 10) -> list[dict[str, object]]:
     """The customer's latest orders, newest first."""
     return [{"customer": customer, "order": n} for n in range(1, min(limit, 2) + 1)]
+
+
+@app.tool("hang")
+async def hang() -> dict[str, bool]:
+    """Never returns in a replica started with LANTERN_TEST_HANG=1 (one to be SIGKILLed)."""
+    if os.environ.get("LANTERN_TEST_HANG") == "1":
+        await asyncio.sleep(3600)
+    return {"done": True}

@@ -1,4 +1,4 @@
-// The run page: summary, waterfall, step details and deliveries, polled live until the run ends.
+// The run page: summary, waterfall, step details and deliveries, live until the run ends.
 
 import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { stepDetails } from "./details.js";
@@ -6,7 +6,9 @@ import { duration, h, json, localTime } from "./dom.js";
 import { buildModel, provider, TERMINAL, ticks } from "./model.js";
 import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
 
-const POLL_MS = 1000;
+const POLL_MS = 1000; // after a failed request
+const WAIT_S = 25; // how long one request waits for a commit
+const MIN_MS = 100;
 const page = document.getElementById("page");
 const runId = page.dataset.runId;
 const path = `/v1/runs/${encodeURIComponent(runId)}`;
@@ -62,10 +64,19 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+// Wake on the journal's next commit: the server holds the request until one lands (or
+// WAIT_S pass), instead of the page polling on a timer.
+async function nextCommit() {
+  const after = state.events.length ? state.events[state.events.length - 1].seq : 0;
+  const started = Date.now();
+  await state.get(`${path}/events?after=${after}&limit=1&wait=${WAIT_S}`);
+  if (Date.now() - started < MIN_MS) await sleep(MIN_MS); // commits in a burst: one render
+}
+
 async function follow(askForKey) {
   while (!state.finished) {
-    await sleep(POLL_MS);
     try {
+      await nextCommit();
       await refresh();
       pageMessage("");
     } catch (err) {
@@ -74,6 +85,7 @@ async function follow(askForKey) {
         return;
       }
       pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+      await sleep(POLL_MS);
     }
     render();
   }
