@@ -22,7 +22,7 @@ from lantern.engine.runner import Runner
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
-from lantern.store.records import Lease
+from lantern.store.records import Lease, Run
 
 log = logging.getLogger("lantern.worker")
 
@@ -44,8 +44,10 @@ class Worker:
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         egress: EgressPolicy | None = None,
         vault: Vault | None = None,
+        microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.microvm = microvm
         # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
         self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
         self._vault = vault
@@ -89,6 +91,7 @@ class Worker:
             issue_receipt=self.issue_receipt,
             vault=self.vault,
             live=self.live,
+            microvm=self.microvm,
         )
         return self
 
