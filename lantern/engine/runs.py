@@ -9,7 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern import config, limits
+from lantern.app import App
+from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
+from lantern.engine.microvm import MicroVmAgent
 from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
@@ -28,7 +31,33 @@ async def apply_agent(
     template parsed): it runs on a thread, so the event loop every tenant shares keeps
     answering meanwhile."""
     graph = await asyncio.to_thread(_validated, definition)
+    if isinstance(graph, MicroVmAgent):
+        await check_runnable(store, graph)
     return await store.put_agent(workspace, graph.name, definition)
+
+
+async def check_runnable(store: Store, agent: MicroVmAgent) -> None:
+    """Refuse a microVM agent no registered runtime node could ever run: a driver none runs,
+    or more memory than the largest has (with no node registered yet, the run will wait)."""
+    nodes = await store.list_nodes()
+    if not nodes:
+        return
+    problems = []
+    drivers = sorted({n.driver for n in nodes})
+    able = [n for n in nodes if agent.driver in ("auto", n.driver)]
+    if not able:
+        problems.append(
+            f"runtime.driver {agent.driver!r} runs on no runtime node here;"
+            f" the nodes run: {', '.join(drivers)}"
+        )
+    largest = max(n.memory_mb for n in (able or nodes))
+    if agent.memory_mb > largest:
+        problems.append(
+            f"runtime.memoryMb {agent.memory_mb} is above every runtime node's memory"
+            f" (the largest has {largest} MB)"
+        )
+    if problems:
+        raise DefinitionError(problems)
 
 
 def _validated(definition: Any) -> Any:
@@ -60,15 +89,22 @@ async def create_run(
     idempotency_key: str | None = None,
     run_id: str | None = None,
     parent_id: str | None = None,
+    app: App | None = None,
 ) -> Run:
     """A queued run pinned to the agent's newest version.
 
     With an idempotency key, a repeated request gets the run the first one created, and a
-    different request under the same key is a Conflict.
+    different request under the same key is a Conflict. A code-first agent of ``app`` has
+    its input checked against the function's signature (a UsageError names what does not
+    fit), and this function's version stored for the workspace, so the run is pinned to it.
     """
     problem = value_problem([agent_name, input])
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
+    code = None if app is None else app.agents.get(agent_name)
+    if code is not None:
+        code_input.arguments(code, input)
+        await code_agents.ensure_stored(store, workspace, code)
     digest = _request_digest(agent_name, input)
     if idempotency_key is not None:
         found = await store.run_for_key(workspace, idempotency_key)

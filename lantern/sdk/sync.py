@@ -186,6 +186,9 @@ class Client:
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
 
+    def resume(self, run_id: str, version: str) -> Run:
+        return self._thread.run(self._async.resume(run_id, version))
+
     def receipt(self, run_id: str) -> Receipt:
         return self._thread.run(self._async.receipt(run_id))
 

@@ -28,6 +28,7 @@ from lantern.store.records import (
     StoredReceipt,
     WorkerInfo,
 )
+from lantern.store.runtime import RuntimeStore
 
 
 class JournalStore(Protocol):
@@ -177,6 +178,10 @@ class RunStore(Protocol):
     async def wake(self, run_id: str) -> None:
         """Make a parked run due now (no-op for a run that is not waiting)."""
 
+    async def runs_waiting_for(self, agent_name: str, versions: Sequence[str]) -> list[str]:
+        """Code-first runs of ``agent_name`` parked for one of ``versions`` of its code (by
+        a replica that lacked it), at most 100."""
+
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's sub-agent steps started."""
 
@@ -255,7 +260,9 @@ class SecretStore(Protocol):
         """The workspace's secrets as stored, for the executor to open."""
 
 
-class Store(JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, Protocol):
+class Store(
+    JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, RuntimeStore, Protocol
+):
     """What the engine needs from a database, in the domain's words: the role Protocols above,
     which a part of the code may ask for alone (a drive needs a journal and leases).
 

@@ -97,7 +97,10 @@ async def test_postgres_migrations_equal_schema(pg_url: str, pg_base_url: str) -
     assert got["columns"] and got == want
 
 
-def test_migrations_are_numbered_without_gaps() -> None:
-    for backend in ("sqlite", "postgres"):
-        versions = [m.version for m in migrations(backend)]
-        assert versions == list(range(1, len(versions) + 1))
+def test_migrations_are_numbered_in_order_and_alike_on_both_backends() -> None:
+    # Each area of the code owns a range of numbers (0009-0010, 0011-0012, ...), so a range
+    # not used yet leaves a gap; what must hold is one order, no duplicates, both backends alike.
+    found = {b: [m.version for m in migrations(b)] for b in ("sqlite", "postgres")}
+    for versions in found.values():
+        assert versions == sorted(set(versions)) and versions[0] == 1
+    assert found["sqlite"] == found["postgres"]

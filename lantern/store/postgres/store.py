@@ -6,9 +6,10 @@ from lantern.store.postgres.journal import Journal
 from lantern.store.postgres.leases import Leases
 from lantern.store.postgres.quotas import Quotas
 from lantern.store.postgres.runs import Runs
+from lantern.store.postgres.runtime import Runtime
 from lantern.store.postgres.secrets import Secrets
 from lantern.store.postgres.signing import Signing
 
 
-class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas):
+class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

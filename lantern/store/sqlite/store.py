@@ -6,9 +6,10 @@ from lantern.store.sqlite.journal import Journal
 from lantern.store.sqlite.leases import Leases
 from lantern.store.sqlite.quotas import Quotas
 from lantern.store.sqlite.runs import Runs
+from lantern.store.sqlite.runtime import Runtime
 from lantern.store.sqlite.secrets import Secrets
 from lantern.store.sqlite.signing import Signing
 
 
-class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas):
+class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime):
     """``base.Store`` on one SQLite file."""

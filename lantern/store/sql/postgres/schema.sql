@@ -30,6 +30,7 @@ CREATE TABLE runs (
     output_tokens    bigint  NOT NULL DEFAULT 0,
     cost_usd         double precision NOT NULL DEFAULT 0,
     model_calls      integer NOT NULL DEFAULT 0,
+    waiting_for      text,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -39,6 +40,7 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_waiting_for ON runs (agent_name, waiting_for) WHERE waiting_for IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id      text        PRIMARY KEY REFERENCES runs (id),
@@ -166,4 +168,47 @@ CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE stat
 CREATE TABLE workspace_claims (
     workspace   text PRIMARY KEY,
     claimed_at  timestamptz NOT NULL
+);
+
+CREATE TABLE runtime_nodes (
+    node_id       text        PRIMARY KEY,
+    driver        text        NOT NULL,
+    capacity      integer     NOT NULL CHECK (capacity > 0),
+    memory_mb     integer     NOT NULL CHECK (memory_mb > 0),
+    labels        jsonb       NOT NULL,
+    started_at    timestamptz NOT NULL,
+    heartbeat_at  timestamptz NOT NULL,
+    lost_at       timestamptz
+);
+
+CREATE TABLE runtime_vms (
+    vm_id         text        PRIMARY KEY,
+    run_id        text        NOT NULL REFERENCES runs (id),
+    node_id       text        NOT NULL,
+    driver        text        NOT NULL,
+    attempt       integer     NOT NULL,
+    state         text        NOT NULL
+        CHECK (state IN ('scheduled', 'starting', 'running', 'exited', 'terminated')),
+    reason        text,
+    exit_code     integer,
+    token_digest  text,
+    lease_epoch   bigint,
+    memory_mb     integer     NOT NULL,
+    resume        boolean     NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL,
+    started_at    timestamptz,
+    ended_at      timestamptz
+);
+CREATE UNIQUE INDEX runtime_vms_attempt ON runtime_vms (run_id, attempt);
+CREATE UNIQUE INDEX runtime_vms_one_live ON runtime_vms (run_id)
+    WHERE state IN ('scheduled', 'starting', 'running');
+CREATE INDEX runtime_vms_live ON runtime_vms (node_id, state)
+    WHERE state IN ('scheduled', 'starting', 'running');
+
+CREATE TABLE named_leases (
+    name        text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    epoch       bigint      NOT NULL,
+    since       timestamptz NOT NULL
 );

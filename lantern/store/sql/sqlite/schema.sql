@@ -31,6 +31,7 @@ CREATE TABLE runs (
     output_tokens    INTEGER NOT NULL DEFAULT 0,
     cost_usd         REAL    NOT NULL DEFAULT 0,
     model_calls      INTEGER NOT NULL DEFAULT 0,
+    waiting_for      TEXT,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -39,6 +40,7 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_waiting_for ON runs (agent_name, waiting_for) WHERE waiting_for IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id      TEXT    PRIMARY KEY REFERENCES runs (id),
@@ -159,4 +161,47 @@ CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE stat
 CREATE TABLE workspace_claims (
     workspace   TEXT PRIMARY KEY,
     claimed_at  REAL NOT NULL
+);
+
+CREATE TABLE runtime_nodes (
+    node_id       TEXT    PRIMARY KEY,
+    driver        TEXT    NOT NULL,
+    capacity      INTEGER NOT NULL CHECK (capacity > 0),
+    memory_mb     INTEGER NOT NULL CHECK (memory_mb > 0),
+    labels        TEXT    NOT NULL,
+    started_at    REAL    NOT NULL,
+    heartbeat_at  REAL    NOT NULL,
+    lost_at       REAL
+);
+
+CREATE TABLE runtime_vms (
+    vm_id         TEXT    PRIMARY KEY,
+    run_id        TEXT    NOT NULL REFERENCES runs (id),
+    node_id       TEXT    NOT NULL,
+    driver        TEXT    NOT NULL,
+    attempt       INTEGER NOT NULL,
+    state         TEXT    NOT NULL
+        CHECK (state IN ('scheduled', 'starting', 'running', 'exited', 'terminated')),
+    reason        TEXT,
+    exit_code     INTEGER,
+    token_digest  TEXT,
+    lease_epoch   INTEGER,
+    memory_mb     INTEGER NOT NULL,
+    resume        INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL    NOT NULL,
+    started_at    REAL,
+    ended_at      REAL
+);
+CREATE UNIQUE INDEX runtime_vms_attempt ON runtime_vms (run_id, attempt);
+CREATE UNIQUE INDEX runtime_vms_one_live ON runtime_vms (run_id)
+    WHERE state IN ('scheduled', 'starting', 'running');
+CREATE INDEX runtime_vms_live ON runtime_vms (node_id, state)
+    WHERE state IN ('scheduled', 'starting', 'running');
+
+CREATE TABLE named_leases (
+    name        TEXT    PRIMARY KEY,
+    holder      TEXT    NOT NULL,
+    expires_at  REAL    NOT NULL,
+    epoch       INTEGER NOT NULL,
+    since       REAL    NOT NULL
 );
