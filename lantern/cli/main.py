@@ -245,7 +245,7 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import journal, keys, receipts, serve, webhooks, workers
+    from lantern.cli import journal, keys, operate, receipts, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
@@ -254,4 +254,5 @@ def main() -> None:
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     runs.add_command(receipts.export_command)
+    operate.install(runs, cli)
     cli(prog_name="lantern")

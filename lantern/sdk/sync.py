@@ -22,7 +22,16 @@ from typing import Any, Literal, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
-from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus
+from lantern.sdk.models import (
+    Agent,
+    Delivery,
+    Event,
+    Page,
+    PendingApproval,
+    Receipt,
+    Run,
+    RunStatus,
+)
 
 T = TypeVar("T")
 
@@ -193,6 +202,12 @@ class Client:
         comment: str | None = None,
     ) -> dict[str, Any]:
         return self._thread.run(self._async.decide(run_id, node_id, decision, comment))
+
+    def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        return self._thread.run(self._async.pending_approvals(limit=limit))
+
+    def retry(self, run_id: str, *, from_step: str | None = None) -> Run:
+        return self._thread.run(self._async.retry(run_id, from_step=from_step))
 
     def receipt(self, run_id: str) -> Receipt:
         return self._thread.run(self._async.receipt(run_id))

@@ -17,6 +17,7 @@ from lantern.store.records import (
     Lease,
     NewEvent,
     Orphan,
+    PendingApproval,
     Run,
     RunStatus,
     RunUpdate,
@@ -216,6 +217,10 @@ class Store(Protocol):
         issuers agree on a single receipt)."""
 
     async def get_receipt(self, run_id: str) -> StoredReceipt | None: ...
+
+    # operating runs across a workspace
+    async def pending_approvals(self, workspace: str, limit: int = 500) -> list[PendingApproval]:
+        """Approvals the workspace's unfinished runs wait on with no decision, oldest first."""
 
 
 def open_store(url: str) -> Store:

@@ -82,6 +82,7 @@ class ApiKey:
     scopes: frozenset[str]
     created_at: datetime
     revoked_at: datetime | None = None
+    name: str | None = None  # a person's or a service's label, shown where the key acts
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class Decision:
     decided_by: str
     comment: str | None = None
     decided_at: datetime | None = None
+    decided_by_name: str | None = None  # the deciding key's name, when it has one
 
 
 @dataclass(frozen=True)
@@ -224,3 +226,14 @@ class StoredReceipt:
     body: str
     signature: str  # base64url without padding
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """An approval a run waits on and nobody has decided yet."""
+
+    run_id: str
+    node_id: str
+    agent_name: str
+    prompt: str | None
+    since: datetime

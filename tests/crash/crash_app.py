@@ -8,6 +8,7 @@ build, and reaches the engine only through the public ``App.on_commit`` observer
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Sequence
@@ -70,3 +71,10 @@ async def crm_lookup(id: str) -> dict[str, str]:
 def orders_list(customer: str, limit: int = 10) -> list[dict[str, object]]:
     """The customer's latest orders, newest first."""
     return [{"customer": customer, "order": n} for n in range(1, min(limit, 2) + 1)]
+
+
+@app.tool("sleep")
+async def sleep(seconds: float, **kwargs: object) -> dict[str, object]:
+    """Sleep (an async tool, so a cancellation interrupts it at once)."""
+    await asyncio.sleep(seconds)
+    return {"slept": seconds, **kwargs}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from lantern.store.postgres.journal import Journal
 from lantern.store.postgres.leases import Leases
+from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.runs import Runs
 from lantern.store.postgres.signing import Signing
 
 
-class PostgresStore(Runs, Journal, Leases, Signing):
+class PostgresStore(Runs, Journal, Leases, Signing, Operations):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -2,7 +2,7 @@
 
 import { duration, h, json, localTime } from "./dom.js";
 import { idempotencyKey, parseAt, provider } from "./model.js";
-import { STATE_LABEL, waitsFor } from "./words.js";
+import { decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
 /** The panel's content for step model `s` of run `runId` (`node`: its definition, if read). */
 export async function stepDetails({ runId, s, node, definitionProblem, deliveries, origin }) {
@@ -36,7 +36,7 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
     const r = w.resumed;
     let outcome = "; still waiting";
     if (r && r.decision) {
-      outcome = `; ${r.decision} by ${r.by || "someone"}${r.comment ? ` (“${r.comment}”)` : ""}`;
+      outcome = `; ${r.decision} by ${decidedBy(r)}${r.comment ? ` (“${r.comment}”)` : ""}`;
     } else if (r && r.status) outcome = `; the child run ${r.status}`;
     else if (r) outcome = "; resumed";
     waited.push(h("li", {}, `Waited ${duration(w.end - w.start)} for ${waitsFor(w, s)}${prompt}`,

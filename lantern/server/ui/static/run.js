@@ -4,7 +4,8 @@ import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { stepDetails } from "./details.js";
 import { duration, h, json, localTime } from "./dom.js";
 import { buildModel, provider, TERMINAL, ticks } from "./model.js";
-import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
+import { renderActions, whoAmI } from "./actions.js";
+import { anomalyText, decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
 const POLL_MS = 1000;
 const page = document.getElementById("page");
@@ -20,6 +21,8 @@ const state = {
   definitionProblem: null,
   selected: null,
   finished: false,
+  me: null, // the key: its scopes decide which actions show
+  decided: new Set(), // approvals decided from this page, until the journal says so
 };
 
 async function readEvents() {
@@ -62,9 +65,11 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+let nudge = null; // resolves the poll's sleep early, after an action from the page
+
 async function follow(askForKey) {
   while (!state.finished) {
-    await sleep(POLL_MS);
+    await Promise.race([sleep(POLL_MS), new Promise((resolve) => { nudge = resolve; })]);
     try {
       await refresh();
       pageMessage("");
@@ -82,6 +87,7 @@ async function follow(askForKey) {
 withKey(async (get, askForKey) => {
   state.get = get;
   await refresh(); // the first read: a refused key surfaces here
+  state.me = await whoAmI(get);
   await readDefinition();
   render();
   follow(askForKey);
@@ -92,6 +98,8 @@ withKey(async (get, askForKey) => {
 function render() {
   const model = buildModel(state.events, Date.now());
   renderSummary(model);
+  renderActions({ get: state.get, me: state.me, run: state.run, model, finished: state.finished,
+    decided: state.decided, onAction: () => nudge && nudge() });
   renderAnomalies(model);
   renderWaterfall(model);
   renderDeliveries();
@@ -174,11 +182,13 @@ function stepRow(model, s) {
   }
   for (const w of s.waits) {
     const what = waitsFor(w, s);
+    const decision = w.resumed && w.resumed.decision
+      ? `${w.resumed.decision} by ${decidedBy(w.resumed)}` : null;
     bars.push(h("div", {
       class: `bar wait${w.open ? " open" : ""}`, style: place(model, w.start, w.end),
       "data-kind": w.kind, title: `${s.id}: waiting for ${what}, ${duration(w.end - w.start)}` +
-        (w.open ? " so far" : ""),
-    }, h("span", {}, `waiting for ${what}`)));
+        (w.open ? " so far" : "") + (decision ? `; ${decision}` : ""),
+    }, h("span", {}, decision || `waiting for ${what}`)));
   }
   for (const band of s.replayed) {
     bars.push(h("div", {

@@ -32,6 +32,15 @@ export function anomalyText(anomaly) {
   return `${kind.replaceAll("_", " ")}: ${what}${policy_}`;
 }
 
+/** Who decided at an approval, from its step_resumed data: "alice (key 1a2b3c)", "timeout". */
+export function decidedBy(resumed) {
+  const approver = resumed.approver;
+  if (approver && approver.keyId) {
+    return approver.keyName ? `${approver.keyName} (key ${approver.keyId})` : `key ${approver.keyId}`;
+  }
+  return resumed.by || "someone";
+}
+
 /** What a wait waits for: "approval", "sub-agent". */
 export function waitsFor(wait, s) {
   const kind = wait.kind || s.type;

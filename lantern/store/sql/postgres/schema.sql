@@ -93,7 +93,8 @@ CREATE TABLE api_keys (
     secret_hash  text NOT NULL,
     scopes       text NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
-    revoked_at   timestamptz
+    revoked_at   timestamptz,
+    name         text
 );
 CREATE TABLE workers (
     id            text        PRIMARY KEY,
@@ -117,6 +118,7 @@ CREATE TABLE approvals (
     decided_by  text        NOT NULL,
     comment     text,
     decided_at  timestamptz NOT NULL DEFAULT now(),
+    decided_by_name text,
     PRIMARY KEY (run_id, node_id)
 );
 

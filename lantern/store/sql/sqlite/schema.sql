@@ -91,7 +91,8 @@ CREATE TABLE api_keys (
     secret_hash  TEXT NOT NULL,
     scopes       TEXT NOT NULL,
     created_at   REAL NOT NULL,
-    revoked_at   REAL
+    revoked_at   REAL,
+    name         TEXT
 );
 CREATE TABLE workers (
     id            TEXT PRIMARY KEY,
@@ -115,6 +116,7 @@ CREATE TABLE approvals (
     decided_by  TEXT NOT NULL,
     comment     TEXT,
     decided_at  REAL NOT NULL,
+    decided_by_name TEXT,
     PRIMARY KEY (run_id, node_id)
 );
 
