@@ -19,6 +19,7 @@ from rich.table import Table
 from lantern.cli.common import cli_worker_id, console, opened, remote, run, settings, with_database
 from lantern.engine.approvals import decide
 from lantern.engine.cancel import cancel_run
+from lantern.engine.rerun import retry_run
 from lantern.engine.runs import DEFAULT_WORKSPACE
 from lantern.errors import Conflict, NotFound, UsageError
 
@@ -147,6 +148,37 @@ def cancel(ctx: click.Context, run_id: str, database_url: str | None) -> None:
     run(body)
 
 
+@click.command("retry", cls=OneLine)
+@click.argument("run_id")
+@click.option("--from", "from_step", metavar="STEP", help="Run this step and what follows again.")
+@DATABASE
+@click.pass_context
+def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: str | None) -> None:
+    """A new run of failed or cancelled RUN_ID's agent version: its completed steps before
+    STEP (all of them, without --from) are replayed from the journal, the rest run again with
+    fresh idempotency keys. Prints the new run's id."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        checked_run_id(run_id)
+        if from_step is not None and not from_step.strip():
+            raise UsageError("--from needs a step id")
+        api = remote()
+        if api is not None:
+            async with api:
+                made: Any = await api.retry(run_id, from_step=from_step)
+        else:
+            async with opened(s) as store:
+                found = await store.get_run(run_id)
+                if found is None:
+                    raise NotFound(f"run {run_id} not found")
+                made = await retry_run(store, found, from_step)
+        click.echo(made.id)
+
+    run(body)
+
+
 @click.group()
 def approvals() -> None:
     """Approvals that runs wait on."""
@@ -199,4 +231,5 @@ def install(runs: click.Group, cli: click.Group) -> None:
     runs.add_command(decision_command("approve"))
     runs.add_command(decision_command("reject"))
     runs.add_command(cancel)
+    runs.add_command(retry)
     cli.add_command(approvals)

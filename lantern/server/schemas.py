@@ -200,3 +200,7 @@ class KeyOut(BaseModel):
     name: str | None
     workspace: str
     scopes: list[str]
+
+
+class RetryRun(Body):
+    fromStep: str | None = Field(default=None, min_length=1, max_length=200)

@@ -222,6 +222,10 @@ class Store(Protocol):
     async def pending_approvals(self, workspace: str, limit: int = 500) -> list[PendingApproval]:
         """Approvals the workspace's unfinished runs wait on with no decision, oldest first."""
 
+    async def create_retry(self, run: Run, events: Sequence[NewEvent]) -> Run:
+        """Store a run pinned to ``run.agent_version``, parked and due now, with its opening
+        events, in one transaction (so it is never seen without them)."""
+
 
 def open_store(url: str) -> Store:
     """A store for a ``sqlite:///PATH`` or ``postgresql://...`` URL (not yet opened)."""

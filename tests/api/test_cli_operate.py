@@ -16,6 +16,7 @@ import pytest
 from tests.api.test_cli_remote import lantern
 from tests.api.test_operate import REVIEW, client, parked
 from tests.conftest import sqlite_url
+from tests.helpers import wait_until
 from tests.server import ALL_SCOPES, LANTERN, Server, make_key
 
 SLOW = {
@@ -57,6 +58,9 @@ def one_line_usage(done: subprocess.CompletedProcess[str], words: str) -> None:
         (["runs", "reject", "--comment"], "requires an argument"),
         (["runs", "cancel", "../etc"], "is not a run id"),
         (["runs", "cancel"], "Missing argument 'RUN_ID'"),
+        (["runs", "retry"], "Missing argument 'RUN_ID'"),
+        (["runs", "retry", "run-1"], "is not a run id"),
+        (["runs", "retry", "run_" + "0" * 28, "--from", " "], "--from needs a step id"),
         (["approvals", "list", "--limit", "0"], "is not in the range"),
         (["approvals", "list", "--colour"], "No such option"),
     ],
@@ -104,6 +108,16 @@ def test_approve_reject_and_cancel_through_the_server(api_server: Server) -> Non
         assert lantern(api_server, key, "approvals", "list").stdout.strip() == (
             "no pending approvals"
         )
+
+        # The rejected run, retried: its approval had not completed, so it asks again.
+        retried = lantern(api_server, key, "runs", "retry", second)
+        assert retried.returncode == 0, retried.stderr
+        new = retried.stdout.strip()
+        assert new.startswith("run_") and new != second
+        wait_until(lambda: api.get(f"/v1/runs/{new}").json()["status"] == "waiting")
+        assert [p["runId"] for p in api.get("/v1/approvals").json()["items"]] == [new]
+        refused = lantern(api_server, key, "runs", "retry", first, "--from", "send")
+        assert refused.returncode == 1 and "succeeded" in refused.stderr
 
 
 def test_approve_and_cancel_on_the_database(api_server: Server) -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
 
+from lantern.engine.rerun import retry_run
 from lantern.server import auth
-from lantern.server.deps import scope, services
-from lantern.server.schemas import PROBLEMS, KeyOut, PendingApprovalList
+from lantern.server.deps import owned_run, scope, services
+from lantern.server.schemas import PROBLEMS, KeyOut, PendingApprovalList, RetryRun, RunOut
 from lantern.store.records import ApiKey
+from lantern.views import run_json
 
 router = APIRouter(prefix="/v1", tags=["operate"], responses=PROBLEMS)
 
@@ -51,3 +54,20 @@ async def whoami(request: Request) -> dict[str, Any]:
         "workspace": key.workspace,
         "scopes": sorted(key.scopes),
     }
+
+
+@router.post("/runs/{run_id}/retry", status_code=202, response_model=RunOut)
+async def retry(
+    run_id: str,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:execute"))],
+    body: RetryRun | None = None,
+) -> JSONResponse:
+    """A new run of a failed or cancelled run's agent version: its completed steps before
+    ``fromStep`` (all of them, without it) are replayed from the original's journal, the rest
+    run again with fresh idempotency keys. 409 for a run that succeeded or has not finished."""
+    s = services(request)
+    original = await owned_run(s.store, run_id, key)
+    made = await retry_run(s.store, original, body.fromStep if body is not None else None)
+    s.worker.wake()
+    return JSONResponse(run_json(made), status_code=202)

@@ -1,11 +1,16 @@
-"""What operators read across a workspace's runs: the approvals nobody has decided yet."""
+"""Operating runs across a workspace: the approvals nobody has decided yet, and retries."""
 
 from __future__ import annotations
 
-from lantern.store.codec import loads_or_none
-from lantern.store.records import PendingApproval
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from lantern.store.codec import dumps, loads_or_none
+from lantern.store.records import NewEvent, PendingApproval, Run
 from lantern.store.sqlite.connection import SQLiteConnection
-from lantern.store.sqlite.rows import _time
+from lantern.store.sqlite.rows import _EVENT_COLUMNS, _time
 
 # A step_waiting of kind approval whose step has not been resumed since and has no decision.
 _PENDING = """
@@ -28,3 +33,45 @@ class Operations(SQLiteConnection):
             prompt = (loads_or_none(data) or {}).get("prompt")
             found.append(PendingApproval(run_id, step_id, agent, prompt, _time(at)))
         return found
+
+    async def create_retry(self, run: Run, events: Sequence[NewEvent]) -> Run:
+        now = time.time()
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
+                " created_at, updated_at, wake_at) VALUES (?, ?, ?, ?, 'waiting', ?, ?, ?, ?)",
+                (
+                    run.id,
+                    run.workspace,
+                    run.agent_name,
+                    run.agent_version,
+                    dumps(run.input),
+                    run.created_at.timestamp(),
+                    run.created_at.timestamp(),
+                    now,
+                ),
+            )
+            blobs = [(e.blob.digest, e.blob.body) for e in events if e.blob is not None]
+            conn.executemany("INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)", blobs)
+            conn.executemany(
+                f"INSERT INTO journal_events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        run.id,
+                        e.seq,
+                        e.kind,
+                        e.at.timestamp(),
+                        dumps(e.data),
+                        e.step_id,
+                        e.node_id,
+                        e.attempt,
+                        None if e.blob is None else e.blob.digest,
+                        e.hash,
+                    )
+                    for e in events
+                ],
+            )
+
+        await self._write(tx)
+        return replace(run, status="waiting")
