@@ -141,7 +141,13 @@ def run_agent(
             if not wait:
                 click.echo(created.id)
                 return 0
-            async with Worker(store, app, worker_id=cli_worker_id(s), lease_ttl=s.lease_ttl) as w:
+            async with Worker(
+                store,
+                app,
+                worker_id=cli_worker_id(s),
+                lease_ttl=s.lease_ttl,
+                step_timeout=s.step_timeout,
+            ) as w:
                 assert w.runner is not None
                 finished = await w.runner.drive(created.id)
             if finished is None:

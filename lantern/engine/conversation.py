@@ -54,7 +54,7 @@ class Conversation:
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
         self.retrying: dict[str, tuple[int, int]] = {}  # step -> (next attempt, due ms)
-        self.policy = RetryPolicy.of({"retry": agent.retry})
+        self.policy = RetryPolicy.of({"retry": agent.retry}, "model")
         self.final: RunUpdate | None = None
         self.cancelled = asyncio.Event()
         self.models = registry.default()

@@ -38,7 +38,7 @@ from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
-from lantern.errors import Conflict, LeaseLost, NotFound, StepError, UsageError
+from lantern.errors import Conflict, LeaseLost, NotFound, StepError, TemplateError, UsageError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.nodes.base import WAITING_TYPES, Noted, Waiting
@@ -66,8 +66,10 @@ class Runner:
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        step_timeout: float | None = None,
     ) -> None:
         self.store = store
+        self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
@@ -180,6 +182,7 @@ class _Drive:
         self.lease = Lease(run.id, runner.worker_id, 0)  # the real one comes with execute()
         self.outputs: dict[str, Any] = {}
         self.attempts: dict[str, int] = {}
+        self.skipped: set[str] = set()  # journaled as step_skipped
         self.tasks: dict[asyncio.Task[Any], str] = {}
         # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
         self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
@@ -246,15 +249,21 @@ class _Drive:
         self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
         self.outputs = dict(state.outputs)
         self.attempts = dict(state.attempts)
+        self.skipped = set(state.skipped)
         events, update = self._opening(state)
         if update is not None and update.status in TERMINAL:
             return events, update, []
         resume = [(s, state.attempts[s]) for s in state.in_flight]
         self._backoffs = state.backing_off
         self.waiting = dict(state.waiting)
-        fresh = self._ready()
+        try:
+            fresh = self._ready()
+            events += self._skips()
+        except TemplateError as exc:
+            failed, update = self._when_failed(exc)
+            return [*events, *failed], update, []
         events += self._start([(s, 1) for s in fresh])
-        if interpreter.finished(self.graph, self.outputs) and not self.waiting:
+        if self._finished() and not self.waiting:
             events, update = self._succeeded(events)
         return events, update, resume + [(s, 1) for s in fresh]
 
@@ -285,7 +294,25 @@ class _Drive:
         if any("anomaly" in w for w in self.waiting.values()):
             return []  # paused by an anomaly until someone lets it go on
         started = self.attempts.keys() | self.outputs.keys()
-        return interpreter.ready(self.graph, self.outputs, started)
+        return interpreter.ready(self.graph, self.outputs, started, self.run.input)
+
+    def _finished(self) -> bool:
+        return interpreter.finished(self.graph, self.outputs, self.run.input)
+
+    def _skips(self) -> list[NewEvent]:
+        """Journal each step that no taken edge reaches any more (``step_skipped``)."""
+        found = interpreter.skipped(self.graph, self.outputs, self.run.input) - self.skipped
+        self.skipped |= found
+        return [
+            self.writer.event("step_skipped", {"type": self.graph.nodes[n].type}, step_id=n)
+            for n in self.graph.order
+            if n in found
+        ]
+
+    def _when_failed(self, exc: TemplateError) -> tuple[list[NewEvent], RunUpdate]:
+        """A ``when`` that cannot be evaluated fails the run: routing must never guess."""
+        error = {"code": "when_failed", "message": str(exc)}
+        return [self.writer.event("run_failed", {"error": error})], RunUpdate("failed", error=error)
 
     def _start(self, steps: Sequence[tuple[str, int]]) -> list[NewEvent]:
         """Journal the start of each (step, attempt)."""
@@ -392,7 +419,8 @@ class _Drive:
                 f"step {step!r} returned a value the journal cannot store: {problem}",
                 error_class="tool",
             )
-        policy = RetryPolicy.of(self.graph.nodes[step].data)
+        node = self.graph.nodes[step]
+        policy = RetryPolicy.of(node.data, node.type)
         if policy.retries(outcome, attempt):
             events.append(self._retrying(step, attempt, policy, outcome, backoffs))
             return None
@@ -425,7 +453,13 @@ class _Drive:
         if cancel.done():
             await self._cancel(events)
             return False
-        fresh = [] if self.r.stopping.is_set() else self._ready()
+        try:
+            fresh = [] if self.r.stopping.is_set() else self._ready()
+            events += self._skips()
+        except TemplateError as exc:
+            failed, ended = self._when_failed(exc)
+            await self._commit(events + failed, ended)
+            return False
         planned = [(s, 1) for s in fresh] + due
         found = await self.detector.check(events, [s for s, _ in planned])
         if found:
@@ -438,7 +472,7 @@ class _Drive:
                 fresh, due, planned = [], [], []  # a due retry starts after the resume
         events += self._start(planned)
         update = None
-        if interpreter.finished(self.graph, self.outputs) and not self.waiting:
+        if self._finished() and not self.waiting:
             events, update = self._succeeded(events)
         await self._commit(events, update)
         for step in fresh:
@@ -563,7 +597,11 @@ class _Drive:
             start_child=functools.partial(self._start_child, step, attempt),
         )
         work = observed(executor_for(node.type), ctx)
-        limit = None if node.type in WAITING_TYPES else timeout_s(node.data)
+        limit = (
+            None
+            if node.type in WAITING_TYPES
+            else timeout_s(node.data, self.graph.timeout_ms, self.r.step_timeout)
+        )
         if limit is not None:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern.engine.graph import parse_agent
+from lantern.engine.validate import Knows, tool_problems
 from lantern.errors import Conflict, DefinitionError, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
@@ -18,13 +19,25 @@ DEFAULT_WORKSPACE = "default"
 
 
 async def apply_agent(
-    store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
+    store: Store,
+    definition: Any,
+    workspace: str = DEFAULT_WORKSPACE,
+    *,
+    knows_tool: Knows | None = None,
 ) -> AgentVersion:
-    """Validate (raising DefinitionError with every problem) and store a new version."""
+    """Validate (raising DefinitionError with every problem) and store a new version.
+
+    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks."""
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])
-    graph = parse_agent(definition)
+    missing = [] if knows_tool is None else tool_problems(definition, knows_tool)
+    try:
+        graph = parse_agent(definition)
+    except DefinitionError as exc:
+        raise DefinitionError([*exc.problems, *missing]) from None
+    if missing:
+        raise DefinitionError(missing)
     return await store.put_agent(workspace, graph.name, definition)
 
 

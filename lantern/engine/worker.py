@@ -39,8 +39,10 @@ class Worker:
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        step_timeout: float | None = None,
     ) -> None:
         self.store = store
+        self.step_timeout = step_timeout
         self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
@@ -75,6 +77,7 @@ class Worker:
             max_recoveries=self.max_recoveries,
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
+            step_timeout=self.step_timeout,
         )
         return self
 

@@ -44,9 +44,10 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
+            step_timeout=settings.step_timeout,
         )
         async with worker:
-            api.state.services = Services(store, worker, settings, issuer)
+            api.state.services = Services(store, worker, settings, issuer, tools)
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             try:
                 yield

@@ -28,7 +28,8 @@ async def put(
     given = definition.setdefault("name", name)
     if given != name:
         raise DefinitionError([f"the definition is named {given!r} but was sent to {name!r}"])
-    agent = await apply_agent(services(request).store, definition, key.workspace)
+    s = services(request)
+    agent = await apply_agent(s.store, definition, key.workspace, knows_tool=s.knows_tool())
     return agent_json(agent)
 
 

@@ -13,6 +13,16 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
     notes.push(`Replayed: when ${band.to || "a worker"} re-drove the run (event ${band.seq}), ` +
       "this step's output was served from the journal; the step was not run again.");
   }
+  if (s.copiedFrom) {
+    const from = s.copiedFrom;
+    notes.push(h("span", {}, "Replayed from the run this one retries (",
+      h("a", { href: `/ui/runs/${encodeURIComponent(from.runId)}` }, from.runId),
+      `, event ${from.seq}): its output was copied, the step was not run again.`));
+  }
+  if (s.status === "skipped") {
+    notes.push("Skipped: no edge into this step was taken (an edge's \"when\" was false, or " +
+      "an approval went the other way), so it never ran.");
+  }
   if (s.rerun) {
     notes.push("Re-run, same key: this step was in flight when its worker crashed, so it ran " +
       "again with the same attempt number and therefore the same idempotency key.");

@@ -205,7 +205,8 @@ function stepRow(model, s) {
   const first = s.attempts.length ? s.attempts[0].start : model.origin;
   const lastEnd = s.attempts.length ? Math.max(...s.attempts.map((a) => a.end ?? model.end)) : first;
   const badges = [
-    s.replayed.length ? h("span", { class: "badge replayed" }, "replayed") : null,
+    s.replayed.length || s.copiedFrom ? h("span", { class: "badge replayed" },
+      s.copiedFrom ? "replayed from the retried run" : "replayed") : null,
     s.rerun ? h("span", { class: "badge rerun" }, "re-run, same key") : null,
     s.attempts.length > 1 ? h("span", { class: "badge attempts" }, `${s.attempts.length} attempts`) : null,
     provider(s, node) === "offline" ? h("span", { class: "badge offline" }, "offline") : null,
@@ -213,7 +214,8 @@ function stepRow(model, s) {
   ];
   const selected = state.selected === s.id;
   return h("div", {
-    class: `row${s.replayed.length ? " replayed" : ""}${selected ? " selected" : ""}`,
+    class: `row${s.replayed.length || s.copiedFrom ? " replayed" : ""}` +
+      `${s.status === "skipped" ? " skipped" : ""}${selected ? " selected" : ""}`,
     role: "button", tabindex: 0, "data-step": s.id, "aria-pressed": selected ? "true" : "false",
     onclick: () => select(s.id), onkeydown: (ev) => {
       if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(s.id); }

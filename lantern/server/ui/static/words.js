@@ -8,6 +8,7 @@ export const STATE_LABEL = {
   cut: "in flight when its worker died",
   stopped: "stopped when the run ended",
   waiting: "waiting",
+  skipped: "skipped: no edge into it was taken",
 };
 
 const POLICY = { record: "recorded", pause: "the run paused for a decision",
