@@ -81,7 +81,7 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
                             if p.run_id == run_id
                         ],
                     )
-                    made = await api.decide(run_id, step, verb, comment)
+                    made = await api.approve(run_id, step, verb, comment)
                 who = made.get("decidedByName") or made.get("decidedBy")
                 click.echo(f"{made['decision']} {run_id} at {step} (by {who})")
                 return

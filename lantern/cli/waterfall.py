@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lantern.engine import events as ev
+
 
 class Event(Protocol):
     """A journal event as the store or the API client gives it."""
@@ -92,27 +94,27 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
     rerun: set[str] = set()
     models: dict[str, str] = {}
     for e in events:
-        if not e.step_id and e.kind != "run_recovered":
+        if not e.step_id and e.kind != ev.RUN_RECOVERED:
             continue
-        if e.kind == "step_started" and e.step_id:
+        if e.kind == ev.STEP_STARTED and e.step_id:
             started.setdefault((e.step_id, e.attempt or 1), (e.at, e.data.get("type", "")))
             if "replayedFrom" in e.data:  # a retry copied it from the run it retries
                 replayed.add(e.step_id)
-        elif e.kind == "step_skipped" and e.step_id:
+        elif e.kind == ev.STEP_SKIPPED and e.step_id:
             started.setdefault((e.step_id, 0), (e.at, e.data.get("type", "")))
             ended[(e.step_id, 0)] = (e.at, "skipped")
-        elif e.kind in ("step_completed", "step_failed") and e.step_id:
-            status = "completed" if e.kind == "step_completed" else "failed"
+        elif e.kind in (ev.STEP_COMPLETED, ev.STEP_FAILED) and e.step_id:
+            status = "completed" if e.kind == ev.STEP_COMPLETED else "failed"
             ended[(e.step_id, e.attempt or 1)] = (e.at, status)
             output = e.data.get("output")
             if "usage" in e.data and isinstance(output, dict) and output.get("provider"):
                 models[e.step_id] = f"{output.get('model')} ({output['provider']})"
-        elif e.kind == "step_retrying" and e.step_id:
+        elif e.kind == ev.STEP_RETRYING and e.step_id:
             ended[(e.step_id, int(e.data.get("attempt", 2)) - 1)] = (e.at, "retried")
-        elif e.kind == "step_waiting" and e.step_id:
+        elif e.kind == ev.STEP_WAITING and e.step_id:
             # Parked at an approval or on a sub-agent; its completion later replaces this.
             ended[(e.step_id, e.attempt or 1)] = (e.at, "waiting")
-        elif e.kind == "run_recovered":
+        elif e.kind == ev.RUN_RECOVERED:
             replayed.update(e.data.get("replayed", []))
             rerun.update(e.data.get("inFlight", []))
     rows = []
@@ -142,7 +144,7 @@ def render(
 ) -> None:
     rows = step_rows(events)
     total = max([r.start + (r.duration or 0) for r in rows] + [0.001])
-    recoveries = [e for e in events if e.kind == "run_recovered"]
+    recoveries = [e for e in events if e.kind == ev.RUN_RECOVERED]
     console.print(
         f"[bold]{run.id}[/]  agent {run.agent_name} v{run.agent_version}  "
         f"status [bold]{run.status}[/]  {len(events)} events  "

@@ -24,6 +24,7 @@ from rich.table import Table
 from lantern.cli import waterfall
 from lantern.demo import receipt
 from lantern.demo.receiver import Receiver, running
+from lantern.engine import events as ev
 from lantern.sdk import AsyncClient
 from lantern.server.auth import issue_key
 from lantern.store import Store, open_store
@@ -84,7 +85,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     server.wait()
     out.print("[bold red]SIGKILL[/] while [bold]ship[/] was in flight (its request unanswered)")
     events = await store.events(run.id)
-    done = ", ".join(str(e.step_id) for e in events if e.kind == "step_completed")
+    done = ", ".join(str(e.step_id) for e in events if e.kind == ev.STEP_COMPLETED)
     out.print(f"  journal after the crash: {len(events)} events; completed: {done};")
     out.print("  ship started, not completed")
     receiver.release()

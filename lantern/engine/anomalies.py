@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.store.records import Event, NewEvent
 
 KINDS = ("runaway_loop", "excessive_steps", "retry_storm", "cost_spike", "token_spike")
@@ -120,15 +121,15 @@ class Detector:
     def replay(self, events: Iterable[Event | NewEvent]) -> None:
         """Count what is journaled: events read back on a re-drive, then each commit's."""
         for e in events:
-            if e.kind == "anomaly_detected":
+            if e.kind == ev.ANOMALY_DETECTED:
                 self.raised.add(e.data.get("kind", ""))
-            elif e.kind == "step_started" and e.step_id:
+            elif e.kind == ev.STEP_STARTED and e.step_id:
                 self.steps += 1
                 self.starts[signature(e.step_id, e.data)] += 1
-            elif e.kind == "step_retrying":
+            elif e.kind == ev.STEP_RETRYING:
                 self.retries += 1
-            elif e.kind == "step_completed":
-                usage = _usage_of(e.data.get("output"))
+            elif e.kind == ev.STEP_COMPLETED:
+                usage = _usage_of(e.data)
                 if usage is not None:
                     self.spent["tokens"] += _tokens(usage)
                     self.spent["cost"] += _cost(usage)
@@ -145,7 +146,7 @@ class Detector:
         most = self.limits["excessive_steps"]["maxSteps"]
         if self.steps + len(starting) > most:
             self._raise(found, "excessive_steps", steps=self.steps + len(starting), maxSteps=most)
-        retries = sum(1 for e in events if e.kind == "step_retrying")
+        retries = sum(1 for e in events if e.kind == ev.STEP_RETRYING)
         storm = self.limits["retry_storm"]
         rate = self.rates.add(self.workspace, retries) if retries else 0
         if self.retries + retries > storm["maxRetries"]:
@@ -157,7 +158,7 @@ class Detector:
             )
         tokens, cost = self.spent["tokens"], self.spent["cost"]
         for e in events:
-            usage = _usage_of(e.data.get("output")) if e.kind == "step_completed" else None
+            usage = _usage_of(e.data) if e.kind == ev.STEP_COMPLETED else None
             if usage is not None and e.step_id:
                 await self._spikes(found, e.step_id, usage)
                 tokens, cost = tokens + _tokens(usage), cost + _cost(usage)
@@ -203,8 +204,13 @@ def signature(step: str, data: Mapping[str, Any]) -> str:
     return step
 
 
-def _usage_of(output: Any) -> Mapping[str, Any] | None:
-    usage = output.get("usage") if isinstance(output, dict) else None
+def _usage_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A completed step's usage: beside its output (so also when the output is a blob), or,
+    from a journal written before usage rode beside it, inside the output."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        output = data.get("output")
+        usage = output.get("usage") if isinstance(output, dict) else None
     return usage if isinstance(usage, dict) else None
 
 

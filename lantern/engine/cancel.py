@@ -8,15 +8,14 @@ Cancelling a run cancels the runs its sub-agents started, and theirs.
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import suppress
 
-from lantern.engine.journal import EventWriter, fold
+from lantern.engine import events as ev
+from lantern.engine.journal import EventWriter, count_committed, fold
 from lantern.errors import Conflict, NotFound
-from lantern.observability import metrics
 from lantern.store.base import Store
-from lantern.store.records import Append, Run, RunUpdate
-
-CANCELLED = {"code": "cancelled", "message": "the run was cancelled on request"}
+from lantern.store.records import Append, Lease, Run, RunUpdate
 
 
 async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> Run:
@@ -28,14 +27,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
     # Only a free or expired lease: a live holder, even in this process, cancels it itself.
     lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
     if lease is not None:
-        state = fold(await store.events(run_id))
-        if state.terminal is None:
-            w = EventWriter(run_id, state.last_seq, state.last_hash)
-            event = w.event("run_cancelled", {"by": "request"})
-            await store.append(Append(lease, (event,), RunUpdate("cancelled", error=CANCELLED)))
-            metrics.committed((event,))
-        else:
-            await store.release_lease(lease)
+        await _finish(store, lease)
     for child in await store.children(run_id):
         if not child.finished:
             with suppress(Conflict):  # it finished meanwhile
@@ -43,3 +35,21 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
     found = await store.get_run(run_id)
     assert found is not None
     return found
+
+
+async def _finish(store: Store, lease: Lease) -> None:
+    """Journal the cancellation under ``lease``; whatever happens, the lease is not left held
+    (the commit that finishes the run releases it; anything else gives it back here)."""
+    try:
+        state = fold(await store.events(lease.run_id))  # outputs in blobs stay references
+        if state.terminal is None:
+            w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
+            event = w.event(ev.RUN_CANCELLED, {"by": "request"})
+            await store.append(Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED)))
+            count_committed((event,))
+            return
+    except BaseException:
+        with suppress(Exception):  # the first failure is the one to report
+            await asyncio.shield(store.release_lease(lease))
+        raise
+    await store.release_lease(lease)

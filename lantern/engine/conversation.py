@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from lantern.app import ToolContext
 from lantern.effects.claims import Deliveries
+from lantern.engine import events as ev
 from lantern.engine import turns
 from lantern.engine.anomalies import Detector, signature
-from lantern.engine.cancel import CANCELLED
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.retries import RetryPolicy
@@ -110,7 +110,7 @@ class Conversation:
         self.attempts = dict(state.attempts)
         self.retrying = dict(state.retrying)
         if not state.started:
-            events = [w.event("run_started", {"worker": self.r.worker_id})]
+            events = [w.event(ev.RUN_STARTED, {"worker": self.r.worker_id})]
             update: RunUpdate | None = RunUpdate("running")
         else:
             metrics.RECOVERIES.inc()
@@ -129,13 +129,13 @@ class Conversation:
         w = self.writer
         if isinstance(action, turns.Finish):
             return (
-                [w.event("run_succeeded", {"output": action.output})],
+                [w.event(ev.RUN_SUCCEEDED, {"output": action.output})],
                 RunUpdate("succeeded", output=action.output),
                 None,
             )
         if isinstance(action, turns.GiveUp):
             return (
-                [w.event("run_failed", {"error": action.error})],
+                [w.event(ev.RUN_FAILED, {"error": action.error})],
                 RunUpdate("failed", error=action.error),
                 None,
             )
@@ -149,7 +149,7 @@ class Conversation:
     def _started(self, action: turns.CallModel | turns.CallTool, attempt: int) -> NewEvent:
         self.attempts[action.step] = attempt
         return self.writer.event(
-            "step_started", _start_data(action), step_id=action.step, attempt=attempt
+            ev.STEP_STARTED, _start_data(action), step_id=action.step, attempt=attempt
         )
 
     async def _perform(
@@ -184,12 +184,12 @@ class Conversation:
             assert isinstance(exc, StepError)
             if isinstance(action, turns.CallModel) and self.policy.retries(exc, attempt):
                 return await self._retry(action, attempt, exc)
-            error = {"code": "step_failed", "step": action.step, **exc.to_json()}
+            error = ev.step_failed_error(action.step, exc.to_json())
             events = [
                 self.writer.event(
-                    "step_failed", {"error": exc.to_json()}, step_id=action.step, attempt=attempt
+                    ev.STEP_FAILED, {"error": exc.to_json()}, step_id=action.step, attempt=attempt
                 ),
-                self.writer.event("run_failed", {"error": error}),
+                self.writer.event(ev.RUN_FAILED, {"error": error}),
             ]
             await self._commit(events, RunUpdate("failed", error=error))
             return None
@@ -226,14 +226,10 @@ class Conversation:
         update = None
         for a in await self.detector.check(events, starting):
             data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-            events.append(self.writer.event("anomaly_detected", data))
+            events.append(self.writer.event(ev.ANOMALY_DETECTED, data))
             if a.policy == "fail" and update is None:
-                error = {
-                    "code": "anomaly_detected",
-                    "kind": a.kind,
-                    "message": f"anomaly {a.kind} ({a.detail}) fails the run by its policy",
-                }
-                events.append(self.writer.event("run_failed", {"error": error}))
+                error = ev.anomaly_error(a.kind, a.detail)
+                events.append(self.writer.event(ev.RUN_FAILED, {"error": error}))
                 update = RunUpdate("failed", error=error)
         return update
 
@@ -248,7 +244,7 @@ class Conversation:
             "delayMs": delay,
             "dueAt": due,
         }
-        event = self.writer.event("step_retrying", data, step_id=action.step, attempt=attempt + 1)
+        event = self.writer.event(ev.STEP_RETRYING, data, step_id=action.step, attempt=attempt + 1)
         self.retrying[action.step] = (attempt + 1, due)
         await self._commit([event], None)
         if self.r.stopping.is_set():
@@ -325,8 +321,8 @@ class Conversation:
         return result
 
     async def _cancel(self, events: list[NewEvent]) -> None:
-        events.append(self.writer.event("run_cancelled", {"by": "request"}))
-        await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
+        events.append(self.writer.event(ev.RUN_CANCELLED, {"by": "request"}))
+        await self._commit(events, RunUpdate("cancelled", error=ev.CANCELLED))
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
         await self.r.store.append(Append(self.lease, tuple(events), update))

@@ -14,25 +14,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from lantern.engine import anomalies, templates, when
+from lantern.engine import anomalies, when
 from lantern.errors import DefinitionError, UsageError
 from lantern.models import registry
 from lantern.models.budget import budget_problems
+from lantern.nodes import templates
+from lantern.nodes.base import Node
+from lantern.nodes.registry import AVAILABLE_TYPES, PLANNED_TYPES
 
-AVAILABLE_TYPES = frozenset({"trigger", "tool", "connector", "ai-step", "subagent", "approval"})
-PLANNED_TYPES: frozenset[str] = frozenset()
+__all__ = ["Graph", "Node", "PlainAgent", "parse_agent"]
 # An edge out of an approval may be taken on one decision only; an unmarked one on approval.
 EDGE_CONDITIONS = frozenset({"approved", "rejected"})
 RETRYABLE_CLASSES = frozenset({"any", "timeout", "llm", "connector", "tool"})
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-@dataclass(frozen=True)
-class Node:
-    id: str
-    type: str
-    data: Mapping[str, Any]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 A step's output lives in its ``step_completed`` event. Outputs over ``INLINE_LIMIT`` bytes are
 stored once in ``blobs`` and the event holds ``{"outputRef": "sha256:...", "outputBytes": N}``,
-so listing a long run's journal never drags its large payloads along.
+so listing a long run's journal never drags its large payloads along. Folding events read
+without their blobs gives such an output as an ``OutputRef`` (what deciding at an approval or
+cancelling needs never includes the outputs); a drive reads the journal with blobs, so the
+outputs its steps see are the values themselves.
 """
 
 from __future__ import annotations
@@ -14,12 +17,21 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
+from lantern.observability import metrics
 from lantern.store.codec import dumps
 from lantern.store.records import Blob, Event, NewEvent, RunUpdate
 
 INLINE_LIMIT = 16 * 1024
-TERMINAL_KINDS = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """A step output kept as a blob that was not read with the events: its digest and size."""
+
+    digest: str
+    size: int
 
 
 @dataclass
@@ -29,7 +41,7 @@ class RunState:
     started: bool = False
     terminal: str | None = None
     last_seq: int = 0
-    outputs: dict[str, Any] = field(default_factory=dict)  # step_id -> output
+    outputs: dict[str, Any] = field(default_factory=dict)  # step_id -> output (or OutputRef)
     attempts: dict[str, int] = field(default_factory=dict)  # step_id -> last attempt started
     failed: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)  # steps no taken edge reaches
@@ -64,36 +76,55 @@ def fold(events: Iterable[Event]) -> RunState:
     for e in events:
         state.last_seq = e.seq
         state.last_hash = e.hash or GENESIS
-        if e.kind == "run_started":
+        if e.kind == ev.RUN_STARTED:
             state.started = True
             state.worker = e.data.get("worker")
-        elif e.kind == "run_recovered":
+        elif e.kind == ev.RUN_RECOVERED:
             state.worker = e.data.get("toWorker")
             state.recoveries += 1
-        elif e.kind == "step_started" and e.step_id is not None:
+        elif e.kind == ev.STEP_STARTED and e.step_id is not None:
             state.attempts[e.step_id] = e.attempt or 1
-        elif e.kind == "step_completed" and e.step_id is not None:
+        elif e.kind == ev.STEP_COMPLETED and e.step_id is not None:
             state.outputs[e.step_id] = output_of(e)
             state.waiting.pop(e.step_id, None)
-        elif e.kind == "step_skipped" and e.step_id is not None:
+        elif e.kind == ev.STEP_SKIPPED and e.step_id is not None:
             state.skipped.add(e.step_id)
-        elif e.kind == "step_failed" and e.step_id is not None:
+        elif e.kind == ev.STEP_FAILED and e.step_id is not None:
             state.failed.add(e.step_id)
             state.waiting.pop(e.step_id, None)
-        elif e.kind == "step_retrying" and e.step_id is not None:
+        elif e.kind == ev.STEP_RETRYING and e.step_id is not None:
             state.retrying[e.step_id] = (int(e.data["attempt"]), int(e.data["dueAt"]))
             state.waiting.pop(e.step_id, None)
-        elif e.kind == "step_waiting" and e.step_id is not None:
+        elif e.kind == ev.STEP_WAITING and e.step_id is not None:
             state.waiting[e.step_id] = dict(e.data)
-        elif e.kind in TERMINAL_KINDS:
+        elif e.kind in ev.TERMINAL_KINDS:
             state.terminal = e.kind
     return state
 
 
+def count_committed(events: Iterable[NewEvent]) -> None:
+    """Count the events of one journal commit in this process's metrics."""
+    for e in events:
+        kind = e.kind
+        metrics.journal_event(kind)
+        if kind == ev.STEP_STARTED or kind == ev.STEP_COMPLETED:
+            continue  # the common case, counted above alone
+        if kind in ev.TERMINAL_KINDS:
+            metrics.run_finished(ev.FINAL_STATUS[kind])
+        elif kind == ev.RUN_STARTED:
+            metrics.RUNS_STARTED.inc()
+        elif kind == ev.STEP_RETRYING:
+            metrics.STEP_RETRIES.inc()
+        elif kind == ev.STEP_FAILED:
+            metrics.STEP_FAILURES.inc()
+
+
 def output_of(event: Event) -> Any:
+    """A ``step_completed`` event's output: inline, from its blob, or a reference to the blob
+    when the events were read without blobs."""
     if "outputRef" in event.data:
         if event.blob is None:
-            raise ValueError(f"event {event.seq} of run {event.run_id}: output blob not loaded")
+            return OutputRef(str(event.data["outputRef"]), int(event.data.get("outputBytes", 0)))
         return json.loads(event.blob)
     return event.data.get("output")
 
@@ -148,11 +179,11 @@ class EventWriter:
         extra = {} if usage is None else {"usage": usage}
         if len(body) <= INLINE_LIMIT:
             return self.event(
-                "step_completed", {"output": output, **extra}, step_id=step_id, attempt=attempt
+                ev.STEP_COMPLETED, {"output": output, **extra}, step_id=step_id, attempt=attempt
             )
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         event = self.event(
-            "step_completed",
+            ev.STEP_COMPLETED,
             {"outputRef": digest, "outputBytes": len(body), **extra},
             step_id=step_id,
             attempt=attempt,
@@ -167,12 +198,12 @@ def recovery(
     run that keeps killing its executors, ``run_failed`` with ``recovery_exhausted`` (it must
     not take the fleet down forever)."""
     if state.recoveries >= max_recoveries:
-        error = {
-            "code": "recovery_exhausted",
-            "message": f"the run was recovered {state.recoveries} times; giving up",
-            "recoveries": state.recoveries,
-        }
-        return writer.event("run_failed", {"error": error}), RunUpdate("failed", error=error)
+        error = ev.run_error(
+            ev.E_RECOVERY_EXHAUSTED,
+            f"the run was recovered {state.recoveries} times; giving up",
+            recoveries=state.recoveries,
+        )
+        return writer.event(ev.RUN_FAILED, {"error": error}), RunUpdate("failed", error=error)
     recovered = {
         "fromWorker": state.worker,
         "toWorker": worker_id,
@@ -181,4 +212,4 @@ def recovery(
         "replayed": sorted(state.outputs),
         "inFlight": state.in_flight,
     }
-    return writer.event("run_recovered", recovered), None
+    return writer.event(ev.RUN_RECOVERED, recovered), None

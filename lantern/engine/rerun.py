@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import INLINE_LIMIT, EventWriter, output_of
 from lantern.errors import Conflict, NotFound, UsageError
@@ -98,14 +99,14 @@ def opening(
     """``run_started`` with where the run came from, then each completed step kept, in the
     original's order, as a started and completed pair that says which event it copies."""
     w = EventWriter(run_id)
-    events = [w.event("run_started", {"retryOf": original_id, "fromStep": from_step})]
+    events = [w.event(ev.RUN_STARTED, {"retryOf": original_id, "fromStep": from_step})]
     for e in journal:
-        if e.kind != "step_completed" or e.step_id is None or e.step_id in redo:
+        if e.kind != ev.STEP_COMPLETED or e.step_id is None or e.step_id in redo:
             continue
         source = {"runId": original_id, "seq": e.seq, "hash": e.hash}
         kind = graph.nodes[e.step_id].type if e.step_id in graph.nodes else None
         started = {"type": kind, "replayedFrom": source}
-        events.append(w.event("step_started", started, step_id=e.step_id, attempt=e.attempt))
+        events.append(w.event(ev.STEP_STARTED, started, step_id=e.step_id, attempt=e.attempt))
         events.append(_completed(w, e, source))
     return events
 
@@ -118,8 +119,8 @@ def _completed(w: EventWriter, e: Event, source: dict[str, Any]) -> NewEvent:
     data: dict[str, Any]
     if len(body) <= INLINE_LIMIT:
         data = {"output": output, "replayedFrom": source}
-        return w.event("step_completed", data, step_id=e.step_id, attempt=e.attempt)
+        return w.event(ev.STEP_COMPLETED, data, step_id=e.step_id, attempt=e.attempt)
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     data = {"outputRef": digest, "outputBytes": len(body), "replayedFrom": source}
-    event = w.event("step_completed", data, step_id=e.step_id, attempt=e.attempt)
+    event = w.event(ev.STEP_COMPLETED, data, step_id=e.step_id, attempt=e.attempt)
     return replace(event, blob=Blob(digest, body))

@@ -29,19 +29,20 @@ import httpx
 
 from lantern.app import App
 from lantern.effects.claims import Deliveries
+from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.anomalies import RUN_TOTALS, Anomaly, Detector, RetryRates
-from lantern.engine.cancel import CANCELLED
 from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
-from lantern.engine.journal import EventWriter, RunState, fold, recovery
+from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
 from lantern.errors import Conflict, LeaseLost, NotFound, StepError, TemplateError, UsageError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
-from lantern.nodes.base import WAITING_TYPES, Noted, Waiting
+from lantern.nodes.base import Noted, Waiting
+from lantern.nodes.registry import WAITING_TYPES
 from lantern.observability import metrics, tracing
 from lantern.observability.steps import observed
 from lantern.store.base import Store
@@ -271,7 +272,7 @@ class _Drive:
         w = self.writer
         if state.started and self.run.status == "waiting":
             # Woken from a park (a decision, a child's end, a timeout): not a recovery.
-            return [w.event("run_resumed", {"worker": self.r.worker_id})], RunUpdate("running")
+            return [w.event(ev.RUN_RESUMED, {"worker": self.r.worker_id})], RunUpdate("running")
         if state.started:
             metrics.RECOVERIES.inc()
             event, update = recovery(
@@ -284,9 +285,9 @@ class _Drive:
         self.outputs[trigger] = self.run.input
         self.attempts[trigger] = 1
         return [
-            w.event("run_started", {"worker": self.r.worker_id}),
+            w.event(ev.RUN_STARTED, {"worker": self.r.worker_id}),
             # The trigger has no side effect, so it starts and completes in the first commit.
-            w.event("step_started", {"type": "trigger"}, step_id=trigger, attempt=1),
+            w.event(ev.STEP_STARTED, {"type": "trigger"}, step_id=trigger, attempt=1),
             w.completed(trigger, 1, self.run.input),
         ], RunUpdate("running")
 
@@ -304,15 +305,17 @@ class _Drive:
         found = interpreter.skipped(self.graph, self.outputs, self.run.input) - self.skipped
         self.skipped |= found
         return [
-            self.writer.event("step_skipped", {"type": self.graph.nodes[n].type}, step_id=n)
+            self.writer.event(ev.STEP_SKIPPED, {"type": self.graph.nodes[n].type}, step_id=n)
             for n in self.graph.order
             if n in found
         ]
 
     def _when_failed(self, exc: TemplateError) -> tuple[list[NewEvent], RunUpdate]:
         """A ``when`` that cannot be evaluated fails the run: routing must never guess."""
-        error = {"code": "when_failed", "message": str(exc)}
-        return [self.writer.event("run_failed", {"error": error})], RunUpdate("failed", error=error)
+        error = ev.run_error(ev.E_WHEN_FAILED, str(exc))
+        return [self.writer.event(ev.RUN_FAILED, {"error": error})], RunUpdate(
+            "failed", error=error
+        )
 
     def _start(self, steps: Sequence[tuple[str, int]]) -> list[NewEvent]:
         """Journal the start of each (step, attempt)."""
@@ -320,14 +323,14 @@ class _Drive:
             self.attempts[step] = attempt
         return [
             self.writer.event(
-                "step_started", {"type": self.graph.nodes[s].type}, step_id=s, attempt=attempt
+                ev.STEP_STARTED, {"type": self.graph.nodes[s].type}, step_id=s, attempt=attempt
             )
             for s, attempt in steps
         ]
 
     def _succeeded(self, events: list[NewEvent]) -> tuple[list[NewEvent], RunUpdate]:
         output = interpreter.run_output(self.graph, self.outputs)
-        events.append(self.writer.event("run_succeeded", {"output": output}))
+        events.append(self.writer.event(ev.RUN_SUCCEEDED, {"output": output}))
         return events, RunUpdate("succeeded", output=output)
 
     async def _loop(self) -> None:
@@ -358,8 +361,8 @@ class _Drive:
         await asyncio.gather(*self.tasks, *self.timers, return_exceptions=True)
         self.tasks.clear()
         self.timers.clear()
-        events.append(self.writer.event("run_cancelled", {"by": "request"}))
-        await self._commit(events, RunUpdate("cancelled", error=CANCELLED))
+        events.append(self.writer.event(ev.RUN_CANCELLED, {"by": "request"}))
+        await self._commit(events, RunUpdate("cancelled", error=ev.CANCELLED))
 
     async def _steps(self, cancel: asyncio.Future[Any]) -> None:
         while self.tasks or self.timers:
@@ -396,7 +399,7 @@ class _Drive:
             outcome = outcome.value
         if isinstance(outcome, Waiting):
             events.append(
-                self.writer.event("step_waiting", outcome.data, step_id=step, attempt=attempt)
+                self.writer.event(ev.STEP_WAITING, outcome.data, step_id=step, attempt=attempt)
             )
             self.waiting[step] = outcome.data
             return None
@@ -426,7 +429,7 @@ class _Drive:
             return None
         events.append(
             self.writer.event(
-                "step_failed", {"error": outcome.to_json()}, step_id=step, attempt=attempt
+                ev.STEP_FAILED, {"error": outcome.to_json()}, step_id=step, attempt=attempt
             )
         )
         return step, outcome
@@ -442,8 +445,8 @@ class _Drive:
         """Commit what steps did with the steps it makes ready; False once the run ended."""
         if failure is not None:
             step, exc = failure
-            error = {"code": "step_failed", "step": step, **exc.to_json()}
-            events.append(self.writer.event("run_failed", {"error": error}))
+            error = ev.step_failed_error(step, exc.to_json())
+            events.append(self.writer.event(ev.RUN_FAILED, {"error": error}))
             await self._commit(events, RunUpdate("failed", error=error))
             return False
         if not self.r.keeper.live(self.run.id):
@@ -465,7 +468,7 @@ class _Drive:
         if found:
             events += self._anomalies(found)
             if self._anomaly_error is not None:
-                events.append(self.writer.event("run_failed", {"error": self._anomaly_error}))
+                events.append(self.writer.event(ev.RUN_FAILED, {"error": self._anomaly_error}))
                 await self._commit(events, RunUpdate("failed", error=self._anomaly_error))
                 return False
             if any(a.policy == "pause" for a in found):
@@ -489,13 +492,9 @@ class _Drive:
         events = []
         for a in found:
             data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-            events.append(self.writer.event("anomaly_detected", data))
+            events.append(self.writer.event(ev.ANOMALY_DETECTED, data))
             if a.policy == "fail" and self._anomaly_error is None:
-                self._anomaly_error = {
-                    "code": "anomaly_detected",
-                    "kind": a.kind,
-                    "message": f"anomaly {a.kind} ({a.detail}) fails the run by its policy",
-                }
+                self._anomaly_error = ev.anomaly_error(a.kind, a.detail)
             elif a.policy == "pause":
                 step = f"anomaly:{a.kind}"
                 wait = {
@@ -503,7 +502,7 @@ class _Drive:
                     "anomaly": a.kind,
                     "prompt": f"Anomaly {a.kind}: {a.detail}. Let the run go on?",
                 }
-                events.append(self.writer.event("step_waiting", wait, step_id=step, attempt=1))
+                events.append(self.writer.event(ev.STEP_WAITING, wait, step_id=step, attempt=1))
                 self.waiting[step] = wait
                 self.attempts[step] = 1
         return events
@@ -521,7 +520,7 @@ class _Drive:
             self.attempts.setdefault(step, 1)  # an anomaly's pause is no graph step
             events.append(
                 self.writer.event(
-                    "step_resumed", resumed, step_id=step, attempt=self.attempts[step]
+                    ev.STEP_RESUMED, resumed, step_id=step, attempt=self.attempts[step]
                 )
             )
             failure = self._settle(step, outcome, events, backoffs) or failure
@@ -556,7 +555,7 @@ class _Drive:
             "delayMs": delay,
             "dueAt": due,
         }
-        return self.writer.event("step_retrying", data, step_id=step, attempt=attempt + 1)
+        return self.writer.event(ev.STEP_RETRYING, data, step_id=step, attempt=attempt + 1)
 
     def _schedule(self, step: str, attempt: int, due_ms: int) -> None:
         delay = max(0.0, due_ms / 1000 - time.time())
@@ -638,7 +637,7 @@ class _Drive:
             self.r.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
-        metrics.committed(events)
+        count_committed(events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
 

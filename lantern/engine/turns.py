@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.graph import PlainAgent
 from lantern.models.records import Message, ToolCall
 from lantern.models.tools import wire_names
@@ -81,11 +82,11 @@ def next_action(agent: PlainAgent, outputs: Mapping[str, Any]) -> Action:
             )
         if turn >= agent.max_turns:
             return GiveUp(
-                {
-                    "code": "max_turns_exceeded",
-                    "message": f"the model still asked for tools after maxTurns ({turn}) turns",
-                    "turns": turn,
-                }
+                ev.run_error(
+                    ev.E_MAX_TURNS,
+                    f"the model still asked for tools after maxTurns ({turn}) turns",
+                    turns=turn,
+                )
             )
         for call in calls:
             if call.step not in outputs:

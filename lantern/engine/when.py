@@ -16,8 +16,8 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 
-from lantern.engine import templates
 from lantern.errors import TemplateError
+from lantern.nodes import templates
 
 # Parsing only: what a template names does not depend on the sandbox that renders it.
 _PARSER = jinja2.Environment(autoescape=False)

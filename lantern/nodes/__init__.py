@@ -1,5 +1,6 @@
 """What each node type does when its step runs. Nodes never touch the store."""
 
-from lantern.nodes.base import NodeExecutor, StepContext, executor_for
+from lantern.nodes.base import Node, NodeExecutor, StepContext
+from lantern.nodes.registry import executor_for
 
-__all__ = ["NodeExecutor", "StepContext", "executor_for"]
+__all__ = ["Node", "NodeExecutor", "StepContext", "executor_for"]

@@ -1,4 +1,7 @@
-"""The contract between the runner and a node type."""
+"""The contract between the engine and a node type: the node, its step context, its answers.
+
+Nodes are leaves: nothing here or in a node type imports ``lantern.engine``.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,18 @@ import httpx
 
 from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import templates
-from lantern.engine.graph import Node
 from lantern.models import registry
 from lantern.models.budget import Gate
+from lantern.nodes import templates
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of an agent's graph, as validated when the definition was applied."""
+
+    id: str
+    type: str
+    data: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -65,18 +76,3 @@ class Waiting:
 
 
 NodeExecutor = Callable[[StepContext], Awaitable[Any]]
-WAITING_TYPES = frozenset({"approval", "subagent"})  # park the run; no step timeout applies
-
-
-def executor_for(node_type: str) -> NodeExecutor:
-    from lantern.nodes import ai_step, approval, connector, subagent, tool, trigger
-
-    executors: dict[str, NodeExecutor] = {
-        "trigger": trigger.execute,
-        "tool": tool.execute,
-        "connector": connector.execute,
-        "ai-step": ai_step.execute,
-        "approval": approval.execute,
-        "subagent": subagent.execute,
-    }
-    return executors[node_type]

@@ -19,6 +19,7 @@ from typing import Any
 from lantern.errors import StepError
 from lantern.models.call import call
 from lantern.models.records import Message, ModelRequest
+from lantern.nodes import notes
 from lantern.nodes.base import Noted, StepContext, Waiting
 
 RATE = (
@@ -44,7 +45,7 @@ async def gate(ctx: StepContext, prompt: str, output: dict[str, Any]) -> Noted:
                 "evaluator": evaluator,
                 "reason": f"no tool {name!r} is registered in this process: the step passes",
             }
-            return Noted(output, (("confidence_gate_bypassed", bypassed),))
+            return Noted(output, ((notes.CONFIDENCE_GATE_BYPASSED, bypassed),))
         value = await tool.call(ctx.tool_context(), {"prompt": prompt, "output": output})
         score, detail = _score(value.get("score") if isinstance(value, dict) else value), {}
     decision = "pass" if score >= threshold else "review"
@@ -55,16 +56,16 @@ async def gate(ctx: StepContext, prompt: str, output: dict[str, Any]) -> Noted:
         "evaluator": evaluator,
         **detail,
     }
-    notes = (("confidence_evaluated", evaluated),)
+    noted = ((notes.CONFIDENCE_EVALUATED, evaluated),)
     if decision == "pass":
-        return Noted(output, notes)
+        return Noted(output, noted)
     wait = {
         "kind": "approval",
         "gate": "confidence",
         "prompt": f"Confidence {score:.2f} is below {threshold:.2f}: pass this answer on?",
         "output": output,  # what the step answers if someone approves
     }
-    return Noted(Waiting(wait), notes)
+    return Noted(Waiting(wait), noted)
 
 
 async def _self_rating(

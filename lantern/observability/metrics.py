@@ -2,17 +2,17 @@
 
 Run, retry and failure counts come from the journal: every committed event is counted by kind
 (``lantern_journal_events_total``), and the kinds that matter get a counter of their own, so a
-new event kind (``step_retrying``) is counted the day it is first journaled.
+new event kind (``step_retrying``) is counted the day it is first journaled. This module knows
+no event kind: the engine's commit path (``lantern.engine.journal.count``) names them and calls
+the plain counters below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import Counter, Histogram
-
-from lantern.store.records import NewEvent
 
 SWEEPS = Counter("lantern_recovery_sweeps", "Recovery sweep passes")
 ORPHANS_FOUND = Counter("lantern_recovery_orphans_found", "Runs found with no live lease")
@@ -91,30 +91,25 @@ MODEL_COST = Counter(
     "lantern_model_cost_usd", "Model cost in USD of this process's steps", ["provider", "model"]
 )
 
-_FINISHED = {"run_succeeded": "succeeded", "run_failed": "failed", "run_cancelled": "cancelled"}
-# Label children cached by kind: .labels() takes a lock and builds a tuple on every call.
+# Label children cached by label: .labels() takes a lock and builds a tuple on every call.
 _by_kind: dict[str, Any] = {}
 _by_node: dict[str, Any] = {}
+_by_status: dict[str, Any] = {}
 
 
-def committed(events: Iterable[NewEvent]) -> None:
-    """Count the events of one journal commit."""
-    for e in events:
-        kind = e.kind
-        child = _by_kind.get(kind)
-        if child is None:
-            child = _by_kind[kind] = JOURNAL_EVENTS.labels(kind)
-        child.inc()
-        if kind == "step_started" or kind == "step_completed":
-            continue  # the common case, counted above alone
-        if kind in _FINISHED:
-            RUNS_FINISHED.labels(_FINISHED[kind]).inc()
-        elif kind == "run_started":
-            RUNS_STARTED.inc()
-        elif kind == "step_retrying":
-            STEP_RETRIES.inc()
-        elif kind == "step_failed":
-            STEP_FAILURES.inc()
+def journal_event(kind: str) -> None:
+    """One committed journal event of ``kind``."""
+    child = _by_kind.get(kind)
+    if child is None:
+        child = _by_kind[kind] = JOURNAL_EVENTS.labels(kind)
+    child.inc()
+
+
+def run_finished(status: str) -> None:
+    child = _by_status.get(status)
+    if child is None:
+        child = _by_status[status] = RUNS_FINISHED.labels(status)
+    child.inc()
 
 
 def step_duration(node_type: str, seconds: float) -> None:

@@ -11,16 +11,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
 from lantern.receipts.issue import output_digest
 from lantern.receipts.keys import thumbprint, verifies
 from lantern.store.codec import canonical_json
 
-TERMINAL_STATUS = {
-    "run_succeeded": "succeeded",
-    "run_failed": "failed",
-    "run_cancelled": "cancelled",
-}
+TERMINAL_STATUS = ev.FINAL_STATUS
 
 
 def verify(document: Any, keys: Sequence[Any]) -> list[str]:
@@ -99,7 +96,7 @@ def check_journal(receipt: Mapping[str, Any], events: Sequence[Any]) -> list[str
             f" the journal ends with {last.get('kind')}"
         )
     data = last.get("data")
-    succeeded = last.get("kind") == "run_succeeded" and isinstance(data, Mapping)
+    succeeded = last.get("kind") == ev.RUN_SUCCEEDED and isinstance(data, Mapping)
     output = data.get("output") if succeeded else None  # type: ignore[union-attr]
     try:
         found = output_digest(output)

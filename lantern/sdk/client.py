@@ -199,16 +199,22 @@ class AsyncClient:
         self,
         run_id: str,
         node_id: str,
-        *,
         decision: Decision = "approve",
         comment: str | None = None,
-    ) -> Run:
-        """Resolve the approval node the run is waiting on (``ConflictError`` when it is not)."""
+    ) -> dict[str, Any]:
+        """Approve (or, with ``decision="reject"``, reject) a run parked at an approval, a
+        confidence gate or an anomaly's pause (named ``anomaly:<kind>``); the run resumes on
+        whichever replica claims it. The answer is the decision recorded: ``runId``,
+        ``nodeId``, ``decision`` (approved or rejected), ``decidedBy`` and ``comment``. A
+        second decision, or one at a node that is not waiting, raises ``ConflictError``."""
         body: dict[str, Any] = {"decision": decision}
         if comment is not None:
             body["comment"] = comment
         path = f"/v1/runs/{_seg(run_id)}/approvals/{_seg(node_id)}"
-        return _parse(Run.from_json, await self._send("POST", path, safe=False, json=body))
+        answer = await self._send("POST", path, safe=False, json=body)
+        if not isinstance(answer, dict) or "decision" not in answer:
+            raise InvalidResponse(f"unexpected answer to a decision: {answer!r}")
+        return answer
 
     async def cancel(self, run_id: str) -> Run:
         """Cancel a queued, running or waiting run. A running run may come back still running
@@ -216,24 +222,6 @@ class AsyncClient:
         already finished raises ``ConflictError``."""
         path = f"/v1/runs/{_seg(run_id)}/cancel"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
-
-    async def decide(
-        self,
-        run_id: str,
-        node_id: str,
-        decision: Literal["approve", "reject"],
-        comment: str | None = None,
-    ) -> dict[str, Any]:
-        """Approve or reject a run parked at an approval (or a confidence gate or an
-        anomaly's pause, named ``anomaly:<kind>``); the run resumes on whichever replica
-        claims it. A second decision, or one at a node that is not waiting, raises
-        ``ConflictError``."""
-        path = f"/v1/runs/{_seg(run_id)}/approvals/{_seg(node_id)}"
-        body = {"decision": decision, "comment": comment}
-        answer = await self._send("POST", path, json=body, safe=False)
-        if not isinstance(answer, dict):
-            raise InvalidResponse(f"unexpected answer to a decision: {answer!r}")
-        return answer
 
     async def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         """The approvals the workspace's runs wait on with no decision yet, oldest first."""

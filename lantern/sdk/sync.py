@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
@@ -183,25 +183,13 @@ class Client:
         self,
         run_id: str,
         node_id: str,
-        *,
         decision: Decision = "approve",
         comment: str | None = None,
-    ) -> Run:
-        return self._thread.run(
-            self._async.approve(run_id, node_id, decision=decision, comment=comment)
-        )
+    ) -> dict[str, Any]:
+        return self._thread.run(self._async.approve(run_id, node_id, decision, comment))
 
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
-
-    def decide(
-        self,
-        run_id: str,
-        node_id: str,
-        decision: Literal["approve", "reject"],
-        comment: str | None = None,
-    ) -> dict[str, Any]:
-        return self._thread.run(self._async.decide(run_id, node_id, decision, comment))
 
     def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         return self._thread.run(self._async.pending_approvals(limit=limit))

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 import lantern
-from lantern.engine.graph import Node
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
 from lantern.nodes import StepContext, ai_step
+from lantern.nodes.base import Node
 from lantern.store import Store
 from tests.api.test_cli_remote import lantern as lantern_cli
 from tests.fake_llm import FakeProvider, Script

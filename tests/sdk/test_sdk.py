@@ -515,10 +515,10 @@ async def test_decide_at_an_approval_and_see_a_runs_children(api_server: Server,
             if (await client.get_run(run.id)).status == "waiting":
                 break
             await asyncio.sleep(0.05)
-        decided = await client.decide(run.id, "ok", "approve", "looks right")
+        decided = await client.approve(run.id, "ok", "approve", "looks right")
         assert decided["decision"] == "approved" and decided["comment"] == "looks right"
         with pytest.raises(ConflictError):
-            await client.decide(run.id, "ok", "reject")
+            await client.approve(run.id, "ok", "reject")
         done = await client.wait(run.id, timeout=20)
         assert done.status == "succeeded" and done.output == {"n": 5}
         assert len(done.children) == 1

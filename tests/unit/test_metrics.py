@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
+from lantern.engine import journal
 from lantern.engine.journal import EventWriter
 from lantern.observability import metrics
 
@@ -21,7 +22,7 @@ def test_committed_events_are_counted_by_kind() -> None:
         "retrying": sample("lantern_journal_events_total", kind="step_retrying"),
     }
     w = EventWriter("run_metrics")
-    metrics.committed(
+    journal.count_committed(
         [
             w.event("step_failed", {"error": {}}, step_id="a", attempt=1),
             w.event("step_retrying", {"attempt": 2}, step_id="a", attempt=1),

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lantern.engine.templates import check, render
 from lantern.errors import StepError, TemplateError
+from lantern.nodes.templates import check, render
 
 CONTEXT: dict[str, Any] = {
     "input": {
