@@ -3,10 +3,13 @@ journal, and the calling key's own description (both backends, a real server).""
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.conftest import sqlite_url
 from tests.helpers import wait_until
 from tests.server import Server, make_key
 
@@ -105,3 +108,24 @@ def test_keys_self_describes_the_calling_key(api_server: Server) -> None:
         assert "secret" not in str(me).lower() and key not in str(me)
     with client(api_server, "lk_nope_nope") as api:
         assert api.get("/v1/keys/self").status_code == 401
+
+
+def test_apply_refuses_a_tool_the_serving_app_lacks(tmp_path: Path) -> None:
+    server = Server(sqlite_url(tmp_path), tmp_path / "serve.log").start()  # crash_app's tools
+    try:
+        key = make_key(server.database_url, "acme", "agents:write,agents:read")
+        bad = copy.deepcopy(REVIEW)
+        bad["graph"]["nodes"][2]["data"]["tool"] = "crm.lookpu"
+        bad["graph"]["nodes"][1]["data"]["prompt"] = "{{ steps.send.output }}"
+        with client(server, key) as api:
+            refused = api.put("/v1/agents/review", json=bad)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["errors"] == [
+                "node 'ok': a template reads steps.send, but 'send' is not one of its"
+                " ancestors, so it may not have run yet",
+                "node 'send': tool 'crm.lookpu' is not registered by the app",
+            ]
+            assert api.get("/v1/agents/review").status_code == 404
+            assert api.put("/v1/agents/review", json=REVIEW).status_code == 200
+    finally:
+        server.stop()
