@@ -96,3 +96,10 @@ def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
     send (see lantern.effects.email for its forms), so a step fails clearly without it."""
     e = os.environ if env is None else env
     return e.get("LANTERN_SMTP_URL") or None
+
+
+def offline_word_delay(env: Mapping[str, str] | None = None) -> float:
+    """LANTERN_OFFLINE_WORD_DELAY (a Go duration, default 0s): how long the offline provider
+    waits between the words it streams, so a demo's live text can be watched arriving."""
+    e = os.environ if env is None else env
+    return _duration(e, "LANTERN_OFFLINE_WORD_DELAY", "0s", positive=False)

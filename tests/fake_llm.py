@@ -10,12 +10,21 @@ from the conversation it is sent, so a re-sent turn gets the same answer.
 A Script is a list of turns; turn N (the request's N-th assistant turn to come) answers with
 text or with tool calls ``[(tool, arguments), ...]``. Usage is 10 input tokens per message and
 5 output tokens per answer.
+
+A request with ``"stream": true`` is answered as its API streams: OpenAI's ``chat.completion.chunk``
+lines (usage in the last chunk when ``stream_options.include_usage`` asks for it) or
+Anthropic's ``message_start`` ... ``message_stop`` events, text a word per chunk, in chunked
+transfer encoding, ``chunk_delay`` seconds apart. ``cut(model, after)`` makes the next streamed
+answer of ``model`` stop dead after ``after`` text chunks (the connection closed mid-body), as
+a provider that falls over mid-answer does.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,7 +76,9 @@ class FakeProvider:
     replies: dict[str, str] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     failures: dict[str, list[int]] = field(default_factory=dict)  # model -> statuses to answer
-    _answers: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    _answers: dict[str, Turn] = field(default_factory=dict)  # key -> first successful answer
+    chunk_delay: float = 0.0  # seconds between the chunks of a streamed answer
+    cuts: dict[str, list[int]] = field(default_factory=dict)  # model -> text chunks before a cut
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _held: bool = False
     _hold_after: int = 0
@@ -85,15 +96,44 @@ class FakeProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                status, payload = fake._handle(request)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
+                status, answer = fake._handle(request)
                 try:
-                    self.wfile.write(payload)
+                    if isinstance(answer, bytes):
+                        self.send_response(status)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(answer)))
+                        self.end_headers()
+                        self.wfile.write(answer)
+                    else:
+                        self._stream(request, answer)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the caller died mid-request: the point of the crash tests
+
+            def _stream(self, request: Request, answer: Turn) -> None:
+                anthropic = request.path.endswith("/messages")
+                frames = (_anthropic_stream if anthropic else _openai_stream)(request, answer)
+                with fake._lock:
+                    cuts = fake.cuts.get(request.model)
+                    cut = cuts.pop(0) if cuts else None
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                texts = 0
+                for frame, is_text in frames:
+                    if cut is not None and is_text and texts >= cut:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)  # mid-body: no final chunk
+                        return
+                    texts += is_text
+                    data = frame.encode()
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                    if is_text and fake.chunk_delay:
+                        time.sleep(fake.chunk_delay)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -150,6 +190,11 @@ class FakeProvider:
             self._held = False
         self._release.set()
 
+    def cut(self, model: str, after: int) -> None:
+        """The next streamed answer of ``model`` breaks off after ``after`` text chunks."""
+        with self._lock:
+            self.cuts.setdefault(model, []).append(after)
+
     def keys(self) -> list[str | None]:
         """Every request's Idempotency-Key, in arrival order."""
         with self._lock:
@@ -160,12 +205,14 @@ class FakeProvider:
             return [r for r in self.requests if model is None or r.model == model]
 
     # --- answering -----------------------------------------------------------------------
-    def _handle(self, request: Request) -> tuple[int, bytes]:
+    def _handle(self, request: Request) -> tuple[int, bytes | Turn]:
+        """The status and the JSON body, or, for a streamed request, the answer to stream."""
         api = "anthropic" if request.path.endswith("/messages") else "openai"
+        streamed = bool(request.body.get("stream"))
         with self._lock:
             self.requests.append(request)
             if request.key is not None and request.key in self._answers:
-                return self._answers[request.key]
+                return 200, self._rendered(api, request, self._answers[request.key], streamed)
             statuses = self.failures.get(request.model)
             failure = statuses.pop(0) if statuses else None
             held = self._held and len(self.requests) > self._hold_after
@@ -186,13 +233,16 @@ class FakeProvider:
             if self.echo
             else self.script.answer(_assistant_turns(api, request.body))
         )
-        body = (_anthropic if api == "anthropic" else _openai)(request, answer)
-        result = (200, json.dumps(body).encode())
         with self._lock:
             if request.key is not None:
-                self._answers.setdefault(request.key, result)
-                result = self._answers[request.key]
-        return result
+                answer = self._answers.setdefault(request.key, answer)
+        return 200, self._rendered(api, request, answer, streamed)
+
+    @staticmethod
+    def _rendered(api: str, request: Request, answer: Turn, streamed: bool) -> bytes | Turn:
+        if streamed:
+            return answer
+        return json.dumps((_anthropic if api == "anthropic" else _openai)(request, answer)).encode()
 
 
 def _usage(request: Request) -> tuple[int, int]:
@@ -255,6 +305,152 @@ def _anthropic(request: Request, answer: Turn) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": prompt, "output_tokens": completion},
     }
+
+
+Frame = tuple[str, bool]  # (the bytes of one SSE frame, whether it carries answer text)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text) or [""]
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n"
+
+
+def _openai_stream(request: Request, answer: Turn) -> list[Frame]:
+    """What OpenAI's chat completions stream for ``answer``: one chunk per word or tool call,
+    then the finish, then (when asked for) a chunk with the usage and no choices."""
+    base = {
+        "id": f"chatcmpl-{len(request.body['messages'])}",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": request.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return _sse({**base, "choices": [choice]})
+
+    frames: list[Frame] = [(chunk({"role": "assistant", "content": ""}), False)]
+    if isinstance(answer, str):
+        frames += [(chunk({"content": w}), True) for w in _words(answer)]
+        finish = "stop"
+    else:
+        finish = "tool_calls"
+        for k, (name, args) in enumerate(answer):
+            call_id = f"call_{len(request.body['messages'])}_{k}"
+            text = json.dumps(args)
+            head = {"index": k, "id": call_id, "type": "function"}
+            frames.append(
+                (
+                    chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}),
+                    False,
+                )
+            )
+            half = len(text) // 2  # arguments arrive in pieces
+            for piece in (text[:half], text[half:]):
+                frames.append(
+                    (chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]}), False)
+                )
+    frames.append((chunk({}, finish), False))
+    if (request.body.get("stream_options") or {}).get("include_usage"):
+        prompt, completion = _usage(request)
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        frames.append((_sse({**base, "choices": [], "usage": usage}), False))
+    frames.append(("data: [DONE]\n\n", False))
+    return frames
+
+
+def _anthropic_stream(request: Request, answer: Turn) -> list[Frame]:
+    """What Anthropic's messages API streams for ``answer``."""
+    prompt, completion = _usage(request)
+    message = {
+        "id": f"msg_{len(request.body['messages'])}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "output_tokens": 1},
+    }
+    frames: list[Frame] = [
+        (_sse({"type": "message_start", "message": message}, "message_start"), False)
+    ]
+    if isinstance(answer, str):
+        block = {"type": "text", "text": ""}
+        frames.append(
+            (
+                _sse(
+                    {"type": "content_block_start", "index": 0, "content_block": block},
+                    "content_block_start",
+                ),
+                False,
+            )
+        )
+        for w in _words(answer):
+            delta = {"type": "text_delta", "text": w}
+            frames.append(
+                (
+                    _sse(
+                        {"type": "content_block_delta", "index": 0, "delta": delta},
+                        "content_block_delta",
+                    ),
+                    True,
+                )
+            )
+        frames.append(
+            (_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"), False)
+        )
+        stop = "end_turn"
+    else:
+        stop = "tool_use"
+        for k, (name, args) in enumerate(answer):
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{len(request.body['messages'])}_{k}",
+                "name": name,
+                "input": {},
+            }
+            frames.append(
+                (
+                    _sse(
+                        {"type": "content_block_start", "index": k, "content_block": block},
+                        "content_block_start",
+                    ),
+                    False,
+                )
+            )
+            text = json.dumps(args)
+            half = len(text) // 2
+            for piece in (text[:half], text[half:]):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                frames.append(
+                    (
+                        _sse(
+                            {"type": "content_block_delta", "index": k, "delta": delta},
+                            "content_block_delta",
+                        ),
+                        False,
+                    )
+                )
+            frames.append(
+                (_sse({"type": "content_block_stop", "index": k}, "content_block_stop"), False)
+            )
+    end = {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": None},
+        "usage": {"output_tokens": completion},
+    }
+    frames.append((_sse(end, "message_delta"), False))
+    frames.append((_sse({"type": "message_stop"}, "message_stop"), False))
+    return frames
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from lantern.engine import turns
 from lantern.engine.anomalies import Detector, signature
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
+from lantern.engine.live import OnText
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import LanternError, LeaseLost, StepError
@@ -254,10 +255,14 @@ class Conversation:
     async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
         key = idempotency_key(self.run.id, action.step, attempt)
         if isinstance(action, turns.CallModel):
-            return await self._model_turn(key)
+            live = self.r.live
+            try:
+                return await self._model_turn(key, live.sink(self.run.id, action.step, attempt))
+            finally:
+                live.finished(self.run.id, action.step, attempt)
         return await self._tool_call(action, attempt, key)
 
-    async def _model_turn(self, key: str) -> dict[str, Any]:
+    async def _model_turn(self, key: str, on_text: OnText | None) -> dict[str, Any]:
         specs = []
         for wire, name in tools.wire_names(self.agent.tools).items():
             tool = self.r.app.tools.get(name)
@@ -278,7 +283,10 @@ class Conversation:
             tools=tuple(specs),
         )
         result = await call(
-            self.models, request, gate(self.r.store, self.run, self.agent.budget, self._spent)
+            self.models,
+            request,
+            gate(self.r.store, self.run, self.agent.budget, self._spent),
+            on_text=on_text,
         )
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)

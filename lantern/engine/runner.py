@@ -36,6 +36,7 @@ from lantern.engine.conversation import Conversation
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
 from lantern.errors import Conflict, LeaseLost, NotFound, StepError, TemplateError, UsageError
@@ -68,9 +69,11 @@ class Runner:
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         step_timeout: float | None = None,
+        live: LiveText | None = None,
     ) -> None:
         self.store = store
         self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
+        self.live = live or LiveText()  # model steps' text as it is generated (not journaled)
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
         self.max_recoveries = max_recoveries
@@ -594,6 +597,7 @@ class _Drive:
                 lambda: spend.of_graph(self.graph, self.outputs),
             ),
             start_child=functools.partial(self._start_child, step, attempt),
+            on_text=self.r.live.sink(self.run.id, step, attempt),
         )
         work = observed(executor_for(node.type), ctx)
         limit = (
@@ -604,6 +608,7 @@ class _Drive:
         if limit is not None:
             work = _within(work, limit, step)
         task = asyncio.ensure_future(work)
+        task.add_done_callback(lambda _: self.r.live.finished(self.run.id, step, attempt))
         self.tasks[task] = step
 
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:

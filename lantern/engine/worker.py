@@ -16,6 +16,7 @@ import httpx
 
 from lantern.app import App
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
 from lantern.store.base import Store
@@ -54,6 +55,7 @@ class Worker:
         self._runs: set[asyncio.Task[object]] = set()
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
+        self.live = LiveText()  # the live text of the model steps this process runs
         self.max_recoveries = max_recoveries
         self.started_at = datetime.now(UTC)
         self.recovery = RecoveryLoop(
@@ -78,6 +80,7 @@ class Worker:
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
             step_timeout=self.step_timeout,
+            live=self.live,
         )
         return self
 

@@ -5,13 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import httpx
 from anthropic import AsyncAnthropic
 
 from lantern.errors import StepError
 from lantern.models import errors
 from lantern.models.clients import PerLoop
-from lantern.models.records import Message, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from lantern.models.records import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    TokenUsage,
+    ToolCall,
+)
 from lantern.observability.tracing import inject_headers
+
+# What the SDK's HTTP client raises when a streamed body breaks off (the SDK passes it on as
+# is): httpx's errors, or those of httpx2, which newer SDKs use.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.RequestError,)
+try:
+    import httpx2
+
+    TRANSPORT_ERRORS += (httpx2.RequestError,)
+except ImportError:  # an SDK on httpx
+    pass
 
 TIMEOUT_S = 120.0
 # The messages API requires max_tokens; this is used when a step gives none.
@@ -39,7 +57,7 @@ class AnthropicProvider:
     async def aclose(self) -> None:
         await self._clients.aclose()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, on_text: OnText | None = None) -> ModelResponse:
         client = self._clients.get()
         headers = {"Idempotency-Key": request.idempotency_key}
         inject_headers(headers)
@@ -62,12 +80,22 @@ class AnthropicProvider:
                 for t in request.tools
             ]
         try:
-            answer = await client.messages.create(**kwargs, extra_headers=headers)
+            if on_text is None:
+                answer = await client.messages.create(**kwargs, extra_headers=headers)
+            else:
+                # The same call streamed: the text handed on as it comes, the final message
+                # (tool calls, usage) assembled by the SDK from the events.
+                async with client.messages.stream(**kwargs, extra_headers=headers) as stream:
+                    async for text in stream.text_stream:
+                        on_text(text)
+                    answer = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
             raise errors.status_error(
                 self.name, request.model, exc.status_code, exc.message
             ) from exc
         except anthropic.APIConnectionError as exc:  # timeouts included
+            raise errors.connection_error(self.name, request.model, str(exc)) from exc
+        except TRANSPORT_ERRORS as exc:  # a stream broken off mid-answer, unwrapped by the SDK
             raise errors.connection_error(self.name, request.model, str(exc)) from exc
         except anthropic.AnthropicError as exc:
             raise errors.bad_answer(self.name, request.model, str(exc)) from exc

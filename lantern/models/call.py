@@ -12,7 +12,7 @@ from typing import Any
 from lantern.errors import StepError, UsageError
 from lantern.models import pricing, router
 from lantern.models.budget import Gate
-from lantern.models.records import ModelRequest, ModelResponse
+from lantern.models.records import ModelRequest, ModelResponse, OnText
 from lantern.models.registry import Models, wire_model
 
 
@@ -47,7 +47,11 @@ class ModelResult:
         return out
 
 
-async def call(models: Models, request: ModelRequest, gate: Gate | None) -> ModelResult:
+async def call(
+    models: Models, request: ModelRequest, gate: Gate | None, *, on_text: OnText | None = None
+) -> ModelResult:
+    """``on_text``, when given, receives the answer's text piece by piece as it is generated
+    (the provider streams); the result is the same either way."""
     try:
         names = router.candidates(request.model, models.routes)
     except UsageError as exc:
@@ -58,7 +62,7 @@ async def call(models: Models, request: ModelRequest, gate: Gate | None) -> Mode
             await gate.check(model, request)
         provider = models.provider(model)
         try:
-            response = await provider.complete(replace(request, model=wire_model(model)))
+            response = await provider.complete(replace(request, model=wire_model(model)), on_text)
         except StepError as exc:
             if not exc.retryable or index == len(names) - 1:
                 raise

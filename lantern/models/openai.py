@@ -12,7 +12,14 @@ from openai import AsyncOpenAI
 from lantern.errors import StepError
 from lantern.models import errors
 from lantern.models.clients import PerLoop
-from lantern.models.records import Message, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from lantern.models.records import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    TokenUsage,
+    ToolCall,
+)
 from lantern.observability.tracing import inject_headers
 
 TIMEOUT_S = 120.0
@@ -37,7 +44,7 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self._clients.aclose()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, on_text: OnText | None = None) -> ModelResponse:
         client = self._clients.get()
         headers = {"Idempotency-Key": request.idempotency_key}
         inject_headers(headers)
@@ -61,6 +68,8 @@ class OpenAIProvider:
                 for t in request.tools
             ]
         try:
+            if on_text is not None:
+                return await self._streamed(client, request, kwargs, headers, on_text)
             answer = await client.chat.completions.create(**kwargs, extra_headers=headers)
         except openai.APIStatusError as exc:
             raise errors.status_error(
@@ -88,6 +97,56 @@ class OpenAIProvider:
                 usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0
             ),
             tool_calls=tuple(calls),
+        )
+
+    async def _streamed(
+        self,
+        client: AsyncOpenAI,
+        request: ModelRequest,
+        kwargs: dict[str, Any],
+        headers: dict[str, str],
+        on_text: OnText,
+    ) -> ModelResponse:
+        """The same call streamed: the same key and body (plus ``stream``), the text handed on
+        as it comes, tool calls and usage gathered from the chunks."""
+        stream = await client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}, extra_headers=headers
+        )
+        texts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}  # index -> {id, name, arguments pieces}
+        model: str | None = None
+        usage = TokenUsage()
+        chose = False
+        async with stream:
+            async for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    usage = TokenUsage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    chose = True
+                    delta = choice.delta
+                    if delta.content:
+                        texts.append(delta.content)
+                        on_text(delta.content)
+                    for call in delta.tool_calls or ():
+                        found = calls.setdefault(call.index, {"id": "", "name": "", "args": []})
+                        found["id"] = call.id or found["id"]
+                        if call.function is not None:
+                            found["name"] = call.function.name or found["name"]
+                            found["args"].append(call.function.arguments or "")
+        if not chose:
+            raise errors.bad_answer(self.name, request.model, "the answer has no choices")
+        return ModelResponse(
+            text="".join(texts),
+            model=model or request.model,
+            provider=self.name,
+            usage=usage,
+            tool_calls=tuple(
+                ToolCall(c["id"], c["name"], _arguments("".join(c["args"])))
+                for _, c in sorted(calls.items())
+            ),
         )
 
 

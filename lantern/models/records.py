@@ -6,7 +6,7 @@ steps' outputs), so each has a JSON form and is rebuilt from it on a re-drive.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -77,12 +77,21 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = field(default=())
 
 
+OnText = Callable[[str], None]
+
+
 class Provider(Protocol):
-    """One model provider. ``complete`` raises StepError(error_class="llm") on failure."""
+    """One model provider. ``complete`` raises StepError(error_class="llm") on failure.
+
+    With ``on_text`` it streams: each piece of the answer's text goes to ``on_text`` as it
+    arrives, and the response (text, tool calls, usage) is the same as without.
+    """
 
     name: str
 
-    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+    async def complete(
+        self, request: ModelRequest, on_text: OnText | None = None
+    ) -> ModelResponse: ...
 
     async def aclose(self) -> None:
         """Close the provider's connections on the running event loop."""

@@ -31,7 +31,7 @@ async def execute(ctx: StepContext) -> Any:
         max_tokens=data.get("maxTokens"),
         json=wants_json,
     )
-    result = await call(ctx.models, request, ctx.gate)
+    result = await call(ctx.models, request, ctx.gate, on_text=ctx.on_text)
     output = result.output()
     if wants_json:
         try:

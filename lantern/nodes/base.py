@@ -45,6 +45,8 @@ class StepContext:
     gate: Gate | None = None
     # Start (or find, on a re-run) this step attempt's child run: (agent name, input) -> run id
     start_child: Callable[[str, Any], Awaitable[str]] | None = None
+    # Where a model step sends its answer's pieces as they are generated (live text).
+    on_text: Callable[[str], None] | None = None
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""

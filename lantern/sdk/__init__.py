@@ -18,6 +18,7 @@ from lantern.sdk.errors import (
     WaitTimeout,
 )
 from lantern.sdk.models import Agent, Event, Page, Receipt, Run, Usage
+from lantern.sdk.stream import LiveTexts, TextDelta, TextReset
 from lantern.sdk.sync import Client
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ConnectionFailed",
     "Event",
     "InvalidResponse",
+    "LiveTexts",
     "NotFoundError",
     "Page",
     "PayloadTooLarge",
@@ -39,6 +41,8 @@ __all__ = [
     "Receipt",
     "Run",
     "ServerError",
+    "TextDelta",
+    "TextReset",
     "Unprocessable",
     "Usage",
     "WaitTimeout",

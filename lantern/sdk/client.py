@@ -38,6 +38,7 @@ from lantern.sdk.models import (
     RunStatus,
 )
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
+from lantern.sdk.stream import StreamItem, follow_stream
 
 T = TypeVar("T")
 Decision = Literal["approve", "reject"]
@@ -181,6 +182,17 @@ class AsyncClient:
             if finished:
                 return  # a finished run's status and last event commit together: all are read
             finished = (await self.get_run(run_id, wait=poll)).finished
+
+    async def stream(self, run_id: str, *, after: int = 0) -> AsyncIterator[StreamItem]:
+        """The run as it happens (``GET /v1/runs/{id}/stream``): each journal ``Event`` as it is
+        committed, and ``TextDelta``/``TextReset`` items carrying model steps' text as it is
+        generated, until the run's terminal event. A dropped connection is followed again with
+        ``Last-Event-ID``, so no event is missed or repeated; ``LiveTexts`` assembles the text."""
+        path = f"/v1/runs/{_seg(run_id)}/stream"
+        async for item in follow_stream(
+            self._http, run_id, path, after=after, backoff=self.backoff
+        ):
+            yield item
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:  # noqa: ASYNC109
         """The run once finished. With ``timeout`` (seconds), ``WaitTimeout`` when it passes

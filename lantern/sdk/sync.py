@@ -2,7 +2,7 @@
 
 Each ``Client`` owns a private event loop running in a daemon thread; every method hands the
 ``AsyncClient`` coroutine of the same name to that loop and blocks until it is done. Iterators
-(``iter_runs``, ``iter_agents``, ``follow``) become plain generators. All logic lives in
+(``iter_runs``, ``iter_agents``, ``follow``, ``stream``) become plain generators. All logic lives in
 ``client.py``: a method here is one line.
 
 Because the loop is private, a ``Client`` also works from a thread whose own event loop is
@@ -32,6 +32,7 @@ from lantern.sdk.models import (
     Run,
     RunStatus,
 )
+from lantern.sdk.stream import StreamItem
 
 T = TypeVar("T")
 
@@ -175,6 +176,9 @@ class Client:
 
     def follow(self, run_id: str, *, after: int = 0, poll: float = 0.5) -> Iterator[Event]:
         return self._thread.iterate(self._async.follow(run_id, after=after, poll=poll))
+
+    def stream(self, run_id: str, *, after: int = 0) -> Iterator[StreamItem]:
+        return self._thread.iterate(self._async.stream(run_id, after=after))
 
     def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
         return self._thread.run(self._async.wait(run_id, timeout=timeout))

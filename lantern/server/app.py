@@ -24,7 +24,7 @@ from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.routes import agents, health, operate, receipts, runs, ui, workers
+from lantern.server.routes import agents, health, operate, receipts, runs, stream, ui, workers
 from lantern.store.base import open_store
 
 
@@ -64,7 +64,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, agents, workers, health, receipts, ui, operate):
+    for module in (runs, stream, agents, workers, health, receipts, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

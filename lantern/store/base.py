@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from lantern.store.notify import Notifier
 from lantern.store.records import (
     AgentVersion,
     ApiKey,
@@ -36,6 +37,9 @@ class Store(Protocol):
     """
 
     url: str
+    # Told of every journal write after it commits (append, start_run, and any other method
+    # that writes journal events must call ``notifier.committed``); see lantern.store.notify.
+    notifier: Notifier
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""

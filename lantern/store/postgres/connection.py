@@ -11,6 +11,8 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from lantern.store.migrations import migrations
+from lantern.store.notify import Notifier
+from lantern.store.postgres.notify import Relay
 
 _MIGRATION_LOCK = 0x4C414E54  # "LANT": one replica migrates at a time
 
@@ -27,6 +29,8 @@ class PostgresConnection:
             name="lantern",
         )
         self._writer: psycopg.AsyncConnection[TupleRow] | None = None
+        self.notifier = Notifier()  # journal commits, relayed to the other replicas
+        self._relay = Relay(url, self.notifier)
 
     async def open(self) -> None:
         await self._pool.open(wait=True, timeout=30)
@@ -45,8 +49,10 @@ class PostgresConnection:
                         "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                         (m.version, m.name),
                     )
+        await self._relay.start()
 
     async def close(self) -> None:
+        await self._relay.close()
         if self._writer is not None:
             await self._writer.close()
         await self._pool.close()

@@ -210,7 +210,11 @@ class Journal(PostgresConnection):
             row = await self._fetchone(_START_RUN, params)
         except psycopg.errors.IntegrityError:
             return None  # the same worker id raced itself to start it; the other one did
-        return None if row is None else Lease(run_id, worker_id, row[0])
+        if row is None:
+            return None
+        if events:
+            self.notifier.committed(run_id, events[-1].seq)
+        return Lease(run_id, worker_id, row[0])
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
         row = await self._fetchone(
@@ -257,6 +261,8 @@ class Journal(PostgresConnection):
 
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
+        if batch.events:
+            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq)
 
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from lantern.store.migrations import migrations
+from lantern.store.notify import Notifier
 
 T = TypeVar("T")
 
@@ -34,6 +35,7 @@ class SQLiteConnection:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-r")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self.notifier = Notifier()  # journal commits, within this process only
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)

@@ -49,7 +49,10 @@ class Journal(Leases):
                 _append_one(conn, Append(lease, tuple(events), update))
             return lease
 
-        return await self._write(tx)
+        lease = await self._write(tx)
+        if lease is not None and events:
+            self.notifier.committed(run_id, events[-1].seq)
+        return lease
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
         d = delivery
@@ -114,6 +117,8 @@ class Journal(Leases):
 
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
+        if batch.events:
+            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq)
 
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
         if len(batch) == 1:  # alone in its transaction: no savepoint needed

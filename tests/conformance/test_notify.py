@@ -1,0 +1,133 @@
+"""The commit notifier: every journal commit wakes the run's waiters, on both backends, and
+(PostgreSQL) on the other replicas too."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+
+from lantern.engine.journal import EventWriter
+from lantern.store import Append, RunUpdate, Store, open_store
+from lantern.store.notify import Notifier
+from tests.conformance.test_store import new_run
+
+
+async def _started(store: Store) -> tuple[str, EventWriter, object]:
+    run = await new_run(store)
+    w = EventWriter(run.id)
+    lease = await store.start_run(
+        run.id, "w1", 60, [w.event("run_started", {})], RunUpdate("running")
+    )
+    assert lease is not None
+    return run.id, w, lease
+
+
+async def test_a_commit_wakes_the_runs_subscribers_with_its_seq(store: Store) -> None:
+    run = await new_run(store)
+    w = EventWriter(run.id)
+    with store.notifier.subscribe(run.id) as sub, store.notifier.subscribe(run.id) as other:
+        waiting = asyncio.ensure_future(sub.wait(0, timeout=10))
+        await asyncio.sleep(0)
+        lease = await store.start_run(
+            run.id, "w1", 60, [w.event("run_started", {})], RunUpdate("running")
+        )
+        assert lease is not None
+        assert await waiting == 1
+        await store.append(Append(lease, (w.event("step_started", {}, step_id="a"),), None))
+        await store.append(Append(lease, (w.event("step_completed", {}, step_id="a"),), None))
+        assert await sub.wait(1, timeout=10) == 3
+        assert await other.wait(0, timeout=10) == 3
+        assert store.notifier.subscribers(run.id) == 2
+    assert store.notifier.subscribers(run.id) == 0
+
+
+async def test_a_commit_between_the_read_and_the_wait_is_not_missed(store: Store) -> None:
+    run_id, w, lease = await _started(store)
+    with store.notifier.subscribe(run_id) as sub:
+        seen = (await store.events(run_id))[-1].seq
+        # Commits land after the read, before anyone waits.
+        await store.append(Append(lease, (w.event("step_started", {}, step_id="a"),), None))  # type: ignore[arg-type]
+        began = time.monotonic()
+        assert await sub.wait(seen, timeout=30) == 2
+        assert time.monotonic() - began < 1
+    # A wait with nothing new returns at its timeout, having heard of nothing past `after`.
+    assert await store.notifier.wait(run_id, 2, timeout=0.05) == 2
+
+
+async def test_a_status_only_update_notifies_nobody_and_a_refused_write_neither(
+    store: Store,
+) -> None:
+    run_id, w, lease = await _started(store)
+    with store.notifier.subscribe(run_id) as sub:
+        await store.append(Append(lease, (), RunUpdate("running")))  # type: ignore[arg-type]
+        assert await sub.wait(1, timeout=0.1) == 1
+        stolen = await store.acquire_lease(run_id, "w1", 60)  # a new epoch fences the old
+        assert stolen is not None
+        with pytest.raises(Exception, match="lease"):
+            await store.append(Append(lease, (w.event("step_started", {}, step_id="a"),), None))  # type: ignore[arg-type]
+        assert await sub.wait(1, timeout=0.1) == 1
+
+
+async def test_postgres_replicas_hear_each_others_commits(pg_url: str) -> None:
+    a, b = open_store(pg_url), open_store(pg_url)
+    await a.open()
+    await b.open()
+    try:
+        run_id, w, lease = await _started(a)
+        with b.notifier.subscribe(run_id) as sub:
+            await a.append(Append(lease, (w.event("step_started", {}, step_id="x"),), None))  # type: ignore[arg-type]
+            assert await sub.wait(1, timeout=10) == 2
+            # Many commits in a burst arrive coalesced, ending at the newest seq.
+            for i in range(50):
+                await a.append(Append(lease, (w.event("note", {"i": i}),), None))  # type: ignore[arg-type]
+            deadline = time.monotonic() + 10
+            while sub.seq < 52 and time.monotonic() < deadline:
+                await sub.wait(sub.seq, timeout=1)
+            assert sub.seq == 52
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_dropped_listener_reconnects_and_wakes_waiters_to_reread(pg_url: str) -> None:
+    a, b = open_store(pg_url), open_store(pg_url)
+    await a.open()
+    await b.open()
+    try:
+        run_id, w, lease = await _started(a)
+        with b.notifier.subscribe(run_id) as sub:
+            waiting = asyncio.ensure_future(sub.wait(1, timeout=30))
+            await asyncio.sleep(0.05)
+            channel = b._relay.channel  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE query = %s AND pid <> pg_backend_pid()",
+                    (f'LISTEN "{channel}"',),
+                )
+            began = time.monotonic()
+            assert await waiting == 1  # woken by the resync, nothing new heard
+            assert time.monotonic() - began < 10
+            # Listening again: the next commit of the peer is heard.
+            await asyncio.sleep(0.2)
+            await a.append(Append(lease, (w.event("step_started", {}, step_id="x"),), None))  # type: ignore[arg-type]
+            assert await sub.wait(1, timeout=10) == 2
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_notifier_remembers_recent_runs_within_a_bound() -> None:
+    n = Notifier()
+    n.committed("r1", 4)
+    assert n.latest("r1") == 4
+    with n.subscribe("r1") as sub:
+        assert await sub.wait(3, timeout=0) == 4  # known before subscribing
+    n.advanced("r1", 2)  # an older, late notification never moves it back
+    assert n.latest("r1") == 4
+    for i in range(10_001):
+        n.advanced(f"x{i}", 1)
+    assert n.latest("r1") == 0
