@@ -9,12 +9,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Re-install when the project's metadata changes.
+# Re-install when the project's metadata changes. The distribution is `lantern-durable`; a
+# .venv made before the rename still holds it as `lantern`, which is removed first.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip uninstall --quiet --yes lantern 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip uninstall --quiet --yes lantern 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(VENV)/.installed $@
 
@@ -22,8 +25,8 @@ demo: $(VENV)/.installed
 	$(BIN)/lantern demo
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check lantern tests bench
-	$(BIN)/ruff format --check lantern tests bench
+	$(BIN)/ruff check lantern tests bench examples
+	$(BIN)/ruff format --check lantern tests bench examples
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern

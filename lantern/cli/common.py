@@ -43,13 +43,28 @@ def console() -> Console:
 def with_database(ctx: click.Context, url: str | None) -> None:
     if url:
         ctx.obj["settings"] = replace(settings(ctx), database_url=url)
+        ctx.obj["database_flag"] = True
 
 
 def remote() -> AsyncClient | None:
-    """A client of the server named by LANTERN_URL and LANTERN_API_KEY, when both are set."""
-    url, key = os.environ.get("LANTERN_URL"), os.environ.get("LANTERN_API_KEY")
-    if not url or not key:
+    """The client of the server LANTERN_URL names; None without it (use the local database).
+
+    One rule for every command that reads or changes runs: with a URL the command goes to that
+    server or fails, never quietly to a local database the user did not mean."""
+    url = os.environ.get("LANTERN_URL")
+    if not url:
         return None
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and (ctx.obj or {}).get("database_flag"):
+        raise UsageError(
+            "--database-url and LANTERN_URL both given: unset LANTERN_URL to read a database"
+        )
+    key = os.environ.get("LANTERN_API_KEY")
+    if not key:
+        raise UsageError(
+            f"LANTERN_URL is set ({url}) but LANTERN_API_KEY is not: set the key"
+            " (`lantern keys create` prints one) or unset LANTERN_URL to use the local database"
+        )
     return AsyncClient(url, key)
 
 

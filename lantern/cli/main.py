@@ -11,8 +11,8 @@ import click
 import yaml
 from rich.table import Column, Table
 
-from lantern.app import load_app
 from lantern.cli import waterfall
+from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import (
     cli_worker_id,
     console,
@@ -30,7 +30,6 @@ from lantern.errors import NotFound
 from lantern.views import run_json
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
-APP = click.option("--app", "app_spec", metavar="MODULE:OBJECT", help="Load the user's tools.")
 
 
 @click.group()
@@ -104,7 +103,7 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
 @click.argument("agent")
 @click.option("--input", "input_json", default="{}", help="The run's input as JSON.")
 @click.option("--wait", is_flag=True, help="Execute here and print the finished run.")
-@APP
+@app_options
 @DATABASE
 @click.pass_context
 def run_agent(
@@ -113,6 +112,7 @@ def run_agent(
     input_json: str,
     wait: bool,
     app_spec: str | None,
+    app_dir: str,
     database_url: str | None,
 ) -> None:
     """Start a run of AGENT. Without --wait it is queued for `lantern serve`.
@@ -135,7 +135,7 @@ def run_agent(
                 result = await api.wait(submitted.id)
             click.echo(json.dumps(run_json(result), indent=2))
             return 0 if result.status == "succeeded" else 1
-        app = load_app(app_spec)
+        app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
             created = await create_run(store, agent, value)
             if not wait:

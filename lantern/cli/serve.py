@@ -11,7 +11,7 @@ from dataclasses import replace
 import click
 import uvicorn
 
-from lantern.app import load_app
+from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
 from lantern.errors import LanternError
@@ -21,7 +21,7 @@ from lantern.server.app import create_app
 
 
 @click.command()
-@click.option("--app", "app_spec", metavar="MODULE:OBJECT", help="Load the user's tools.")
+@app_options
 @click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 @click.option("--host", help="Overrides LANTERN_HOST.")
 @click.option("--port", type=click.IntRange(0, 65535), help="Overrides LANTERN_PORT.")
@@ -32,6 +32,7 @@ from lantern.server.app import create_app
 def serve(
     ctx: click.Context,
     app_spec: str | None,
+    app_dir: str,
     database_url: str | None,
     host: str | None,
     port: int | None,
@@ -57,7 +58,7 @@ def serve(
     except ValueError as exc:
         fail(str(exc), 2)
     try:
-        tools = load_app(app_spec)
+        tools = load_user_app(app_spec, app_dir)
         check_configuration()
         load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
     except LanternError as exc:

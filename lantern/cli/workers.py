@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 from rich.table import Table
 
-from lantern.cli.common import console, opened, run, settings, with_database
+from lantern.cli.common import console, opened, remote, run, settings, with_database
 
 
 @click.group()
@@ -19,13 +20,21 @@ def workers() -> None:
 @click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 @click.pass_context
 def list_workers(ctx: click.Context, database_url: str | None) -> None:
-    """Each replica's id, last heartbeat and the runs it holds leases on."""
+    """Each replica's id, last heartbeat and the runs it holds leases on.
+
+    With LANTERN_URL set it asks that server (the key needs the admin scope)."""
     with_database(ctx, database_url)
     s = settings(ctx)
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = await store.list_workers()
+        found: list[Any]
+        api = remote()
+        if api is not None:
+            async with api:
+                found = await api.workers()
+        else:
+            async with opened(s) as store:
+                found = list(await store.list_workers())
         now = datetime.now(UTC)
         table = Table("worker", "started", "last heartbeat", "state", "runs held")
         for w in found:

@@ -132,6 +132,14 @@ class Receiver:
         with self._lock:
             return {h.idempotency_key for h in self.hits if h.path == path}
 
+    def applied(self, path: str) -> int:
+        """How many requests to ``path`` a receiver that de-duplicates by Idempotency-Key
+        applies: the first of each key (and every request that carries none)."""
+        with self._lock:
+            hits = [h for h in self.hits if h.path == path]
+        keyed = {h.idempotency_key for h in hits if h.idempotency_key is not None}
+        return len(keyed) + sum(1 for h in hits if h.idempotency_key is None)
+
 
 @contextmanager
 def running() -> Iterator[Receiver]:

@@ -36,6 +36,7 @@ from lantern.sdk.models import (
     Receipt,
     Run,
     RunStatus,
+    Worker,
 )
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
 from lantern.sdk.stream import StreamItem, follow_stream
@@ -295,6 +296,11 @@ class AsyncClient:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def workers(self) -> list[Worker]:
+        """The replicas sharing the server's database (scope ``admin``)."""
+        data = await self._send("GET", "/v1/workers")
+        return _parse(lambda d: [Worker.from_json(item) for item in d["items"]], data)
 
     async def health(self) -> bool:
         """Whether the server answers its health check now (one attempt, no retries)."""

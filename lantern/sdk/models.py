@@ -170,6 +170,30 @@ class PendingApproval:
 
 
 @dataclass(frozen=True)
+class Worker:
+    """A replica of ``lantern serve``: its heartbeat and the runs it holds leases on."""
+
+    id: str
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    alive: bool
+    runs: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Worker:
+        stopped = data.get("stoppedAt")
+        return cls(
+            id=str(data["id"]),
+            started_at=parse_time(data["startedAt"]),
+            heartbeat_at=parse_time(data["heartbeatAt"]),
+            stopped_at=None if stopped is None else parse_time(stopped),
+            alive=bool(data["alive"]),
+            runs=tuple(str(r) for r in data["runs"]),
+        )
+
+
+@dataclass(frozen=True)
 class Agent:
     """One version of an agent definition."""
 

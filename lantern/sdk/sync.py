@@ -31,6 +31,7 @@ from lantern.sdk.models import (
     Receipt,
     Run,
     RunStatus,
+    Worker,
 )
 from lantern.sdk.stream import StreamItem
 
@@ -220,6 +221,9 @@ class Client:
         self, *, limit: int | None = None, cursor: str | None = None
     ) -> Iterator[Agent]:
         return self._thread.iterate(self._async.iter_agents(limit=limit, cursor=cursor))
+
+    def workers(self) -> list[Worker]:
+        return self._thread.run(self._async.workers())
 
     def health(self) -> bool:
         return self._thread.run(self._async.health())

@@ -60,7 +60,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
     api = FastAPI(
         title="Lantern",
         version=__version__,
-        description="Durable execution for AI agents (CONTRACT §4).",
+        description="Durable execution for AI agents: the REST API of `lantern serve`.",
         lifespan=lifespan,
     )
     problems.install(api)
