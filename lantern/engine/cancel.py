@@ -14,6 +14,7 @@ from contextlib import suppress
 from lantern.engine import events as ev
 from lantern.engine.journal import EventWriter, count_committed, fold
 from lantern.errors import Conflict, NotFound
+from lantern.observability import logs
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, Run, RunUpdate
 
@@ -27,7 +28,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
     # Only a free or expired lease: a live holder, even in this process, cancels it itself.
     lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
     if lease is not None:
-        await _finish(store, lease)
+        await _finish(store, lease, run)
     for child in await store.children(run_id):
         if not child.finished:
             with suppress(Conflict):  # it finished meanwhile
@@ -37,7 +38,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
     return found
 
 
-async def _finish(store: Store, lease: Lease) -> None:
+async def _finish(store: Store, lease: Lease, run: Run) -> None:
     """Journal the cancellation under ``lease``; whatever happens, the lease is not left held
     (the commit that finishes the run releases it; anything else gives it back here)."""
     try:
@@ -46,6 +47,7 @@ async def _finish(store: Store, lease: Lease) -> None:
             w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
             event = w.event(ev.RUN_CANCELLED, {"by": "request"})
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED)))
+            logs.run_events(run.id, run.agent_name, run.agent_version, lease.worker_id, (event,))
             count_committed((event,))
             return
     except BaseException:

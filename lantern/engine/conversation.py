@@ -31,7 +31,7 @@ from lantern.models import registry, tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
-from lantern.observability import metrics
+from lantern.observability import logs, metrics
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate, RunUsage
 
@@ -318,6 +318,7 @@ class Conversation:
                 raise  # a lost lease, a store failure: not the model's business
             return {"error": str(exc)}
         except Exception as exc:
+            logs.tool_raised(action.tool or "?", self.run.id, action.step, exc)
             return {"error": f"{type(exc).__name__}: {exc}"}
         try:
             problem = text_problem(dumps(result))
@@ -340,6 +341,8 @@ class Conversation:
         self.detector.replay(events)
         if update is not None and update.status in TERMINAL:
             self.final = update
+        run = self.run
+        logs.run_events(run.id, run.agent_name, run.agent_version, self.r.worker_id, events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
 

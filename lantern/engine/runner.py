@@ -44,7 +44,7 @@ from lantern.ids import child_run_id, idempotency_key
 from lantern.nodes import StepContext, executor_for
 from lantern.nodes.base import Noted, Waiting
 from lantern.nodes.registry import WAITING_TYPES
-from lantern.observability import metrics, tracing
+from lantern.observability import logs, metrics, tracing
 from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
@@ -643,6 +643,8 @@ class _Drive:
         if update is not None and update.status in TERMINAL:
             self.final = update
         count_committed(events)
+        run = self.run
+        logs.run_events(run.id, run.agent_name, run.agent_version, self.r.worker_id, events)
         for listener in self.r.app.commit_listeners:
             listener(self.run.id, events)
 

@@ -20,6 +20,7 @@ from lantern.store.records import (
     Orphan,
     PendingApproval,
     Run,
+    RunGauges,
     RunStatus,
     RunUpdate,
     RunUsage,
@@ -225,6 +226,9 @@ class Store(Protocol):
     # operating runs across a workspace
     async def pending_approvals(self, workspace: str, limit: int = 500) -> list[PendingApproval]:
         """Approvals the workspace's unfinished runs wait on with no decision, oldest first."""
+
+    async def gauges(self) -> RunGauges:
+        """Unfinished runs by workspace and status, live leases, the oldest queued run."""
 
     async def create_retry(self, run: Run, events: Sequence[NewEvent]) -> Run:
         """Store a run pinned to ``run.agent_version``, parked and due now, with its opening

@@ -237,3 +237,12 @@ class PendingApproval:
     agent_name: str
     prompt: str | None
     since: datetime
+
+
+@dataclass(frozen=True)
+class RunGauges:
+    """What /metrics reports at each scrape: unfinished runs, live leases, the queue's age."""
+
+    runs: dict[tuple[str, str], int]  # (workspace, status) -> runs queued, running or waiting
+    leases_held: int
+    oldest_queued: datetime | None  # when the longest-queued run was created

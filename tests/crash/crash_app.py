@@ -78,3 +78,9 @@ async def sleep(seconds: float, **kwargs: object) -> dict[str, object]:
     """Sleep (an async tool, so a cancellation interrupts it at once)."""
     await asyncio.sleep(seconds)
     return {"slept": seconds, **kwargs}
+
+
+@app.tool("explode")
+async def explode(**kwargs: object) -> dict[str, object]:
+    """Raise, as a buggy tool would: its traceback belongs in the server log only."""
+    raise RuntimeError(f"kaboom {sorted(kwargs)}")

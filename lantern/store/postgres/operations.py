@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 from lantern.store.codec import dumps
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.postgres.journal import _blob_rows, _event_rows
-from lantern.store.records import NewEvent, PendingApproval, Run
+from lantern.store.records import NewEvent, PendingApproval, Run, RunGauges
 
 # A step_waiting of kind approval whose step has not been resumed since and has no decision.
 _PENDING = """
@@ -65,3 +65,16 @@ class Operations(PostgresConnection):
         async with self._pool.connection() as conn:
             await conn.execute(_RETRY.encode(), params)
         return replace(run, status="waiting")
+
+    async def gauges(self) -> RunGauges:
+        rows = await self._fetchall(
+            "SELECT workspace, status, COUNT(*) FROM runs"
+            " WHERE status IN ('queued', 'running', 'waiting') GROUP BY workspace, status"
+        )
+        held = await self._fetchone("SELECT COUNT(*) FROM run_locks WHERE expires_at > now()")
+        oldest = await self._fetchone("SELECT MIN(created_at) FROM runs WHERE status = 'queued'")
+        return RunGauges(
+            {(r[0], r[1]): int(r[2]) for r in rows},
+            int(held[0]) if held else 0,
+            oldest[0] if oldest else None,
+        )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from lantern.store.codec import dumps, loads_or_none
-from lantern.store.records import NewEvent, PendingApproval, Run
+from lantern.store.records import NewEvent, PendingApproval, Run, RunGauges
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _EVENT_COLUMNS, _time
 
@@ -75,3 +75,23 @@ class Operations(SQLiteConnection):
 
         await self._write(tx)
         return replace(run, status="waiting")
+
+    async def gauges(self) -> RunGauges:
+        def read(conn: sqlite3.Connection) -> RunGauges:
+            rows = conn.execute(
+                "SELECT workspace, status, COUNT(*) FROM runs"
+                " WHERE status IN ('queued', 'running', 'waiting') GROUP BY workspace, status"
+            ).fetchall()
+            held = conn.execute(
+                "SELECT COUNT(*) FROM run_locks WHERE expires_at > ?", (time.time(),)
+            ).fetchone()[0]
+            oldest = conn.execute(
+                "SELECT MIN(created_at) FROM runs WHERE status = 'queued'"
+            ).fetchone()[0]
+            return RunGauges(
+                {(r[0], r[1]): int(r[2]) for r in rows},
+                int(held),
+                None if oldest is None else _time(oldest),
+            )
+
+        return await self._read(read)

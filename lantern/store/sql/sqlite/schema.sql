@@ -39,6 +39,7 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_active ON runs (workspace, status) WHERE status IN ('queued', 'running', 'waiting');
 
 CREATE TABLE run_locks (
     run_id      TEXT    PRIMARY KEY REFERENCES runs (id),
