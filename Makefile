@@ -27,6 +27,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check lantern tests bench examples
 	$(BIN)/ruff format --check lantern tests bench examples
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern

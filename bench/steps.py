@@ -32,6 +32,10 @@ of 0.1 (OTEL_TRACES_SAMPLER=traceidratio). It also times the hash chain alone ov
 two events.
 Target (issue 8): hash chaining and tracing together add under 10% per step.
 
+``--compare REF`` measures instead the build at git revision REF against the working tree,
+interleaved round by round: per-step µs and this process's CPU µs per step, graph and plain
+agents, both backends (see bench/drive_compare.py).
+
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL; PostgreSQL is skipped with a note when
 it does not answer. SQLite lives in a temporary directory and PostgreSQL in a fresh schema
 that is dropped at the end.
@@ -68,11 +72,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 import lantern
 from lantern.engine import chain, journal
+from lantern.engine.drive import observed
 from lantern.engine.runner import Runner
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
-from lantern.observability.steps import observed
 from lantern.store.base import Store
 from lantern.store.postgres import PostgresStore
 from lantern.store.sqlite import SQLiteStore
@@ -484,15 +488,8 @@ async def tracing_micros(runs: int = 1_000, repeats: int = 5) -> float:
     run: Any = SimpleNamespace(
         id="run_0123456789abcdef01234567", agent_name=AGENT, agent_version=1, workspace="bench"
     )
-    ctx: Any = SimpleNamespace(
-        run_id=run.id,
-        step_id="t1",
-        node=SimpleNamespace(type="tool"),
-        attempt=1,
-        idempotency_key="0" * 64,
-    )
 
-    async def execute(_: Any) -> None:
+    async def execute() -> None:
         return None
 
     async def once(on: bool) -> float:
@@ -501,7 +498,7 @@ async def tracing_micros(runs: int = 1_000, repeats: int = 5) -> float:
         for _ in range(runs):
             with tracing.drive(run, "bench"):
                 for _ in range(STEPS_PER_RUN):
-                    await observed(execute, ctx)
+                    await observed(execute(), run.id, "t1", "tool", 1, "0" * 64)
                 tracing.drive_ended(None)
         tracing.install(None)
         return (time.perf_counter() - started) / (runs * STEPS_PER_RUN) * 1e6
@@ -836,6 +833,12 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--compare" in args:  # before/after of two builds: bench/drive_compare.py
+        import drive_compare
+
+        drive_compare.main(args)
+        return 0
     return asyncio.run(main_async(parse_args(argv)))
 
 

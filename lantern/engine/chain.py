@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from lantern.store.codec import canonical_json
+from lantern.store.codec import canonical_json, is_plain
 
 GENESIS = "0" * 64
 
@@ -30,6 +30,8 @@ def canonical(
     at: datetime,
     data: Any,
 ) -> bytes:
+    # The envelope is plain by construction (strings, small integers, None): only the data
+    # needs the walk that decides whether the standard library may write it.
     event = {
         "runId": run_id,
         "seq": seq,
@@ -40,7 +42,7 @@ def canonical(
         "atMs": round(at.timestamp() * 1000),
         "data": data,
     }
-    return canonical_json(event)
+    return canonical_json(event, plain=is_plain(data))
 
 
 def link(previous: str, body: bytes) -> str:

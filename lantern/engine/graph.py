@@ -94,6 +94,7 @@ class PlainAgent:
     max_tokens: int | None
     budget: Mapping[str, Any] | None
     retry: Mapping[str, Any] | None = None  # the model turns' retry policy, as a node's
+    timeout_ms: int | None = None  # the limit of each model turn and tool call
     anomalies: Mapping[str, dict[str, Any]] = dataclasses.field(
         default_factory=lambda: anomalies.settings({})
     )
@@ -110,6 +111,7 @@ PLAIN_FIELDS = frozenset(
         "maxTokens",
         "budget",
         "retry",
+        "timeoutMs",
         "anomalies",
     }
 )
@@ -179,6 +181,9 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
         problems.append("tools lists a tool more than once")
     if "retry" in definition:
         _check_retry("the agent", definition["retry"], problems)
+    timeout = definition.get("timeoutMs", 1)
+    if not _is_int(timeout) or timeout <= 0:
+        problems.append("timeoutMs must be a positive integer (milliseconds)")
     turns = definition.get("maxTurns", DEFAULT_MAX_TURNS)
     if not _is_int(turns) or not 1 <= turns <= 100:
         problems.append("maxTurns must be an integer from 1 to 100")
@@ -194,6 +199,7 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
         max_tokens=definition.get("maxTokens"),
         budget=definition.get("budget"),
         retry=definition.get("retry"),
+        timeout_ms=definition.get("timeoutMs"),
         anomalies=anomalies.settings(definition),
     )
 

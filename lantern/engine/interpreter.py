@@ -11,6 +11,7 @@ been skipped (validation guarantees all are reachable from the trigger).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lantern.engine import when
@@ -99,3 +100,34 @@ def ancestors(graph: Graph, node: str) -> frozenset[str]:
     order parallel branches happened to finish in.
     """
     return graph.upstream[node]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What follows from the journal so far: the nodes to start, and whether the run ends."""
+
+    start: tuple[str, ...]
+    done: bool  # every node completed or skipped, and nothing parked
+    output: Any = None  # the run's output, when done
+    skipped: frozenset[str] = frozenset()  # nodes no taken edge reaches (journal step_skipped)
+
+
+def plan(
+    graph: Graph,
+    completed: Mapping[str, Any],
+    started: Collection[str],
+    *,
+    parked: bool = False,
+    hold: bool = False,
+    input: Any = None,
+) -> Plan:
+    """The next actions of a graph run, decided from its journal alone (no I/O).
+
+    ``parked``: some step waits (an approval, a sub-agent), so the run cannot end yet;
+    ``hold``: start nothing (an anomaly's pause, a clean stop); ``input``: the run's input,
+    which edges' ``when`` may read. A ``when`` that cannot be evaluated raises TemplateError.
+    """
+    start = () if hold else tuple(ready(graph, completed, started, input))
+    done = not parked and finished(graph, completed, input)
+    skip = frozenset(skipped(graph, completed, input))
+    return Plan(start, done, run_output(graph, completed) if done else None, skip)

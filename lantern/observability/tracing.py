@@ -27,6 +27,10 @@ The design:
 
 A process killed mid-step never exports that step's span (OpenTelemetry exports ended spans);
 the re-run on the next drive has the same attempt and idempotency key.
+
+This module is a leaf: it takes plain values (ids, types, attempts) and the ``RunFacts`` it
+declares, never the engine's graphs, states or step contexts, so providers, effects and the
+engine may all import it.
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -55,11 +59,31 @@ from lantern import __version__
 from lantern.errors import StepError
 from lantern.ids import idempotency_key
 
-if TYPE_CHECKING:
-    from lantern.engine.graph import Graph
-    from lantern.engine.journal import RunState
-    from lantern.nodes.base import StepContext
-    from lantern.store.records import Run
+
+class RunFacts(Protocol):
+    """What a drive's span says about its run (``lantern.store.records.Run`` has it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def agent_version(self) -> int: ...
+    @property
+    def workspace(self) -> str: ...
+
+
+class RunEnd(Protocol):
+    """How a drive ended: the run's status and error."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> Any: ...
+
+
+# A step served from the journal on a re-drive: (step id, node type, attempt).
+Replayed = tuple[str, str, int]
 
 log = logging.getLogger("lantern.tracing")
 
@@ -152,7 +176,7 @@ def shutdown() -> None:
 
 
 @contextmanager
-def drive(run: Run, worker_id: str) -> Iterator[None]:
+def drive(run: RunFacts, worker_id: str) -> Iterator[None]:
     """The span of one drive of ``run``, current for the drive (so its steps are children)."""
     tracer = _tracer
     if tracer is None:
@@ -180,7 +204,7 @@ def drive(run: Run, worker_id: str) -> Iterator[None]:
             raise
 
 
-def drive_ended(result: Run | None) -> None:
+def drive_ended(result: RunEnd | None) -> None:
     """What the drive came to: the run's status, or that another worker has it."""
     if _tracer is None:
         return
@@ -193,7 +217,9 @@ def drive_ended(result: Run | None) -> None:
         span.set_status(Status(StatusCode.ERROR, _message(result.error)))
 
 
-def recovered(run_id: str, graph: Graph, state: RunState, attempt: int) -> None:
+def recovered(
+    run_id: str, replayed: Iterable[Replayed], from_worker: str | None, attempt: int
+) -> None:
     """Mark the current drive a resume and give each step served from the journal its span."""
     tracer = _tracer
     if tracer is None:
@@ -201,18 +227,16 @@ def recovered(run_id: str, graph: Graph, state: RunState, attempt: int) -> None:
     span = trace.get_current_span()
     span.set_attribute("lantern.recovered", True)
     span.set_attribute("lantern.recovery", attempt)
-    if state.worker:
-        span.set_attribute("lantern.from_worker", state.worker)
+    if from_worker:
+        span.set_attribute("lantern.from_worker", from_worker)
     now = time.time_ns()
-    for step_id in sorted(state.outputs):
-        node = graph.nodes.get(step_id)
-        step_attempt = state.attempts.get(step_id, 1)
+    for step_id, node_type, step_attempt in replayed:
         replay = tracer.start_span(
             f"step {step_id}",
             attributes={
                 "lantern.run_id": run_id,
                 "lantern.step_id": step_id,
-                "lantern.node_type": node.type if node is not None else "unknown",
+                "lantern.node_type": node_type,
                 "lantern.attempt": step_attempt,
                 "lantern.idempotency_key": idempotency_key(run_id, step_id, step_attempt),
                 "lantern.replayed": True,
@@ -230,15 +254,23 @@ class StepSpan:
 
     __slots__ = ("_span", "_token")
 
-    def __init__(self, tracer: trace.Tracer, ctx: StepContext) -> None:
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        run_id: str,
+        step_id: str,
+        node_type: str,
+        attempt: int,
+        key: str,
+    ) -> None:
         self._span = tracer.start_span(
-            f"step {ctx.step_id}",
+            f"step {step_id}",
             attributes={
-                "lantern.run_id": ctx.run_id,
-                "lantern.step_id": ctx.step_id,
-                "lantern.node_type": ctx.node.type,
-                "lantern.attempt": ctx.attempt,
-                "lantern.idempotency_key": ctx.idempotency_key,
+                "lantern.run_id": run_id,
+                "lantern.step_id": step_id,
+                "lantern.node_type": node_type,
+                "lantern.attempt": attempt,
+                "lantern.idempotency_key": key,
                 "lantern.replayed": False,
             },
             record_exception=False,
@@ -269,9 +301,12 @@ class StepSpan:
         self._span.end()
 
 
-def start_step(ctx: StepContext) -> StepSpan | None:
+def start_step(
+    run_id: str, step_id: str, node_type: str, attempt: int, key: str
+) -> StepSpan | None:
+    """The span of one step attempt, current from here until it ends (None: tracing off)."""
     tracer = _tracer
-    return None if tracer is None else StepSpan(tracer, ctx)
+    return None if tracer is None else StepSpan(tracer, run_id, step_id, node_type, attempt, key)
 
 
 def usage_attributes(output: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:

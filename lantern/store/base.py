@@ -30,24 +30,94 @@ from lantern.store.records import (
 )
 
 
-class Store(Protocol):
-    """What the engine needs from a database, in the domain's words.
+class JournalStore(Protocol):
+    """A run's journal: the fenced writes every drive makes, its reads, and the claimed
+    deliveries of its steps (fenced by the same lease)."""
 
-    Invariants are the database's job: one ``step_completed`` per (run, step), one lease
-    holder per run, and every journal write conditional on the writer's lease epoch.
-    """
-
-    url: str
     # Told of every journal write after it commits (append, start_run, and any other method
     # that writes journal events must call ``notifier.committed``); see lantern.store.notify.
     notifier: Notifier
 
-    async def open(self) -> None:
-        """Connect and apply pending migrations."""
+    async def start_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        """Lease a queued run with no journal and write its opening events, in one transaction.
 
-    async def close(self) -> None: ...
+        None, with nothing written, when the run has started or another worker holds it.
+        """
 
-    # agents: each put makes a new immutable version
+    async def append(self, batch: Append) -> None:
+        """Write events and the run update in one transaction, or raise LeaseLost.
+
+        An update to a finished status also releases the lease, in the same transaction.
+        """
+
+    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+        """The run's journal in sequence order, in one query."""
+
+    async def journal_head(self, run_id: str) -> tuple[int, str | None]:
+        """How many events the run's journal holds, and the hash of the last one."""
+
+    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
+        """Claim a delivery before dispatching it, fenced by the lease: insert it as claimed,
+        or take over a failed one for this attempt; return the receipt as stored (a delivered
+        or claimed one is returned unchanged). LeaseLost when the lease is gone."""
+
+    async def finish_delivery(
+        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
+    ) -> None:
+        """Record a claimed delivery's outcome, fenced by the lease."""
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        """A run's receipts, in the order they were claimed."""
+
+
+class LeaseStore(Protocol):
+    """Who executes which run: leases with epochs (the fence of every journal write),
+    claims, orphan recovery, and the replicas' heartbeats."""
+
+    async def acquire_lease(
+        self, run_id: str, worker_id: str, ttl: float, *, reclaim: bool = True
+    ) -> Lease | None:
+        """Win a free or expired lease, or (``reclaim``) take back one this worker id holds,
+        with a new epoch."""
+
+    async def claim_runs(
+        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+    ) -> list[Lease]:
+        """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
+
+    async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
+        """Queued or running runs whose lease is absent or expired, oldest first, at most
+        ``limit``: each with the lease this call stole for it, or None where another won."""
+
+    async def runs_leased_by(self, worker_id: str) -> list[str]:
+        """Unfinished runs whose lease (live or expired) names this worker id."""
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> bool:
+        """Extend the lease; False when its epoch is no longer current."""
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""
+
+    async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
+        """Record that the replica is alive (and when it started)."""
+
+    async def worker_stopped(self, worker_id: str) -> None: ...
+
+    async def list_workers(self) -> list[WorkerInfo]: ...
+
+
+class RunStore(Protocol):
+    """Agents and runs as the API and the engine see them: versions, runs, their control (a
+    parked ``waiting`` run holds no lease; whatever resumes it sets its ``wake_at`` to now,
+    and the dispatcher claims due parked runs like queued ones) and usage."""
+
     async def put_agent(
         self, workspace: str, name: str, definition: dict[str, Any]
     ) -> AgentVersion: ...
@@ -61,7 +131,6 @@ class Store(Protocol):
     ) -> list[AgentVersion]:
         """The newest version of each agent, by name; ``after`` is the last name seen."""
 
-    # runs
     async def create_run(
         self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
     ) -> Run:
@@ -93,87 +162,6 @@ class Store(Protocol):
     ) -> list[Run]:
         """Newest first (run ids sort by creation); ``before`` is the last id already seen."""
 
-    # workers
-    async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
-        """Record that the replica is alive (and when it started)."""
-
-    async def worker_stopped(self, worker_id: str) -> None: ...
-
-    async def list_workers(self) -> list[WorkerInfo]: ...
-
-    # API keys
-    async def create_api_key(self, key: ApiKey) -> None: ...
-
-    async def get_api_key(self, key_id: str) -> ApiKey | None: ...
-
-    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]: ...
-
-    async def revoke_api_key(self, key_id: str) -> bool:
-        """False when there is no such live key."""
-
-    # leases
-    async def acquire_lease(
-        self, run_id: str, worker_id: str, ttl: float, *, reclaim: bool = True
-    ) -> Lease | None:
-        """Win a free or expired lease, or (``reclaim``) take back one this worker id holds,
-        with a new epoch."""
-
-    async def claim_runs(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
-    ) -> list[Lease]:
-        """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
-
-    async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
-        """Queued or running runs whose lease is absent or expired, oldest first, at most
-        ``limit``: each with the lease this call stole for it, or None where another won."""
-
-    async def runs_leased_by(self, worker_id: str) -> list[str]:
-        """Unfinished runs whose lease (live or expired) names this worker id."""
-
-    async def renew_lease(self, lease: Lease, ttl: float) -> bool:
-        """Extend the lease; False when its epoch is no longer current."""
-
-    async def release_lease(self, lease: Lease) -> None:
-        """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""
-
-    # journal
-    async def start_run(
-        self,
-        run_id: str,
-        worker_id: str,
-        ttl: float,
-        events: Sequence[NewEvent],
-        update: RunUpdate,
-    ) -> Lease | None:
-        """Lease a queued run with no journal and write its opening events, in one transaction.
-
-        None, with nothing written, when the run has started or another worker holds it.
-        """
-
-    async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
-        """Claim a delivery before dispatching it, fenced by the lease: insert it as claimed,
-        or take over a failed one for this attempt; return the receipt as stored (a delivered
-        or claimed one is returned unchanged). LeaseLost when the lease is gone."""
-
-    async def finish_delivery(
-        self, lease: Lease, delivery: Delivery, status: DeliveryStatus, response: Any
-    ) -> None:
-        """Record a claimed delivery's outcome, fenced by the lease."""
-
-    async def deliveries(self, run_id: str) -> list[Delivery]:
-        """A run's receipts, in the order they were claimed."""
-
-    async def append(self, batch: Append) -> None:
-        """Write events and the run update in one transaction, or raise LeaseLost.
-
-        An update to a finished status also releases the lease, in the same transaction.
-        """
-
-    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
-        """The run's journal in sequence order, in one query."""
-
-    # run control: a parked (``waiting``) run holds no lease; whatever resumes it sets its
-    # ``wake_at`` to now, and the dispatcher claims due parked runs like queued ones
     async def decide(self, decision: Decision) -> bool:
         """Store the one decision at an approval and wake the run; False if one was made."""
 
@@ -193,8 +181,25 @@ class Store(Protocol):
         newest ``runs`` succeeded runs: the baseline a cost or token spike is measured
         against."""
 
-    # webhook signing secrets: one current per workspace, plus the one it replaced while that
-    # is in its overlap (kept in the clear: signing needs the secret itself, not a hash)
+
+class KeyStore(Protocol):
+    """API keys (stored hashed)."""
+
+    async def create_api_key(self, key: ApiKey) -> None: ...
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None: ...
+
+    async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]: ...
+
+    async def revoke_api_key(self, key_id: str) -> bool:
+        """False when there is no such live key."""
+
+
+class SigningStore(Protocol):
+    """Secrets and keys that sign: webhook signing secrets (one current per workspace, plus
+    the one it replaced while that is in its overlap; kept in the clear, as signing needs
+    the secret itself), and receipts with every key that ever signed one."""
+
     async def signing_secrets(self, workspace: str) -> list[str]:
         """The secrets to sign the workspace's deliveries with, newest first: the current one,
         then the previous one until its overlap ends. Empty when none is set."""
@@ -206,10 +211,6 @@ class Store(Protocol):
     async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
         """Make ``secret`` the current one; the one it replaces keeps signing for ``overlap_s``
         seconds more (0: it stops at once, for a leaked secret)."""
-
-    # receipts: one signed receipt per finished run, and every key that ever signed one
-    async def journal_head(self, run_id: str) -> tuple[int, str | None]:
-        """How many events the run's journal holds, and the hash of the last one."""
 
     async def register_signing_key(self, kid: str, x: str) -> None:
         """Record a receipt signing key's public half (nothing happens when it is known)."""
@@ -233,6 +234,22 @@ class Store(Protocol):
     async def create_retry(self, run: Run, events: Sequence[NewEvent]) -> Run:
         """Store a run pinned to ``run.agent_version``, parked and due now, with its opening
         events, in one transaction (so it is never seen without them)."""
+
+
+class Store(JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, Protocol):
+    """What the engine needs from a database, in the domain's words: the role Protocols above,
+    which a part of the code may ask for alone (a drive needs a journal and leases).
+
+    Invariants are the database's job: one ``step_completed`` per (run, step), one lease
+    holder per run, and every journal write conditional on the writer's lease epoch.
+    """
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None: ...
 
 
 def open_store(url: str) -> Store:

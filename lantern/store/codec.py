@@ -61,15 +61,21 @@ def chain_problem(value: Any) -> str | None:
 _SAFE = 2**53 - 1
 
 
-def canonical_json(value: Any) -> bytes:
+def canonical_json(value: Any, *, plain: bool | None = None) -> bytes:
     """RFC 8785 canonical JSON, with JSON's numbers read as doubles (I-JSON).
 
     Plain values go through the standard library, which writes the same bytes for them at a
     third of the cost (a property test holds the two equal); the rest through ``rfc8785``.
+    ``plain``, when the caller knows, spares the walk that decides it.
     """
-    if _plain(value):
+    if plain if plain is not None else _plain(value):
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return rfc8785.dumps(_as_ijson(value))
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``canonical_json`` may write ``value`` with the standard library."""
+    return _plain(value)
 
 
 def _plain(value: Any) -> bool:

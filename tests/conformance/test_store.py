@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from lantern.engine.journal import EventWriter, fold
 from lantern.engine.runs import create_run
-from lantern.errors import LeaseLost, StoreError
+from lantern.errors import Conflict, LeaseLost, StoreError
 from lantern.store import Append, NewEvent, Run, RunUpdate, Store
 
 DEFINITION = {"name": "a", "graph": {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}}
@@ -323,3 +324,29 @@ async def test_a_delivery_claim_is_fenced_by_the_lease(store: Store) -> None:
     with pytest.raises(LeaseLost):
         await store.finish_delivery(old, receipt, "delivered", {})
     assert [d.status for d in await store.deliveries(run.id)] == ["claimed"]
+
+
+async def test_conflicts_are_told_apart_by_the_constraint_violated(store: Store) -> None:
+    """A reused idempotency key is a Conflict (runs_by_idempotency_key); another unique
+    violation of the same insert, a run id used twice, is a store failure, not a Conflict."""
+    first = await new_run(store)
+    again = Run(
+        id="run_" + "9" * 28,
+        workspace="default",
+        agent_name="a",
+        agent_version=0,
+        status="queued",
+        input={},
+        output=None,
+        error=None,
+        created_at=datetime.now(UTC),
+        updated_at=datetime.now(UTC),
+    )
+    await store.create_run(again, idempotency_key="k-1", request_digest="d")
+    with pytest.raises(Conflict, match="idempotency key 'k-1' was already used"):
+        await store.create_run(
+            replace(again, id="run_" + "8" * 28), idempotency_key="k-1", request_digest="d"
+        )
+    with pytest.raises(StoreError) as raised:
+        await store.create_run(replace(again, id=first.id), idempotency_key="k-2")
+    assert not isinstance(raised.value, Conflict)

@@ -14,11 +14,16 @@ import signal
 from collections.abc import Sequence
 
 import httpx
+from opentelemetry import propagate
 
 import lantern
 from lantern.store import NewEvent
 
 app = lantern.App()
+if os.environ.get("LANTERN_TEST_PRELOAD_OPENAI"):
+    # Imported at start: the SDK's first import blocks the event loop (for seconds on a busy
+    # machine), which a test that times leases must not mistake for a step's time.
+    import openai  # noqa: F401
 _CRASH_AFTER = os.environ.get("LANTERN_TEST_CRASH_AFTER", "")
 _CRASH_RUN = os.environ.get("LANTERN_TEST_CRASH_RUN", "")
 
@@ -31,6 +36,17 @@ def crash_after(run_id: str, events: Sequence[NewEvent]) -> None:
     # An empty step (``run_succeeded:``) matches an event of the run as a whole.
     if any(e.kind == kind and (e.step_id or "") == step for e in events):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.tool("ping")
+async def ping(ctx: lantern.ToolContext, url: str) -> dict[str, object]:
+    """POST to url, as a user's tool calls a peer: the step's span is the current one, so
+    OpenTelemetry's propagator puts it in the request's traceparent."""
+    headers = {"Idempotency-Key": ctx.idempotency_key}
+    propagate.inject(headers)
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(url, json={}, headers=headers)
+    return {"status": response.status_code}
 
 
 @app.tool("noop")

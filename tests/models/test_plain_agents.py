@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import lantern
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
+from lantern.models import registry
 from lantern.store import Store
 from tests.fake_llm import FakeProvider, Script
 
@@ -220,3 +222,43 @@ async def test_a_normal_plain_agent_raises_no_anomaly(store: Store, fake: FakePr
     run = await drive(store, helper("gpt-4o-mini"), "Who is c-1?", [])
     assert run.status == "succeeded"
     assert not [e for e in await store.events(run.id) if e.kind == "anomaly_detected"]
+
+
+async def test_timeout_ms_limits_a_tool_call_and_the_model_hears_of_it(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script([[("slow", {})], "It timed out."])
+    a = lantern.App()
+
+    @a.tool("slow")
+    async def slow() -> str:
+        await asyncio.sleep(30)
+        return "too late"
+
+    registry.default().provider("gpt-4o-mini")  # the SDK's import is not the turn's time
+    definition = {"name": "hasty", "model": "gpt-4o-mini", "tools": ["slow"], "timeoutMs": 2000}
+    await apply_agent(store, definition)
+    run = await create_run(store, "hasty", "Go")
+    async with Worker(store, a, worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        async with asyncio.timeout(20):
+            await w.runner.drive(run.id)
+    done = await store.get_run(run.id)
+    assert done is not None and done.status == "succeeded", done and done.error
+    answer = {e.step_id: e.data.get("output") for e in await store.events(run.id)}
+    assert answer["tool:1:slow"] == {"error": "tool 'slow' timed out after 2000 ms"}
+
+
+async def test_timeout_ms_fails_a_model_turn_that_runs_past_it(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script(["never seen"])
+    fake.hold()
+    try:
+        definition = {"name": "hasty", "model": "gpt-4o-mini", "timeoutMs": 300}
+        run = await drive(store, definition, "Go", [])
+    finally:
+        fake.release()
+    assert run.status == "failed"
+    assert run.error["code"] == "step_failed" and run.error["step"] == "llm:1"
+    assert run.error["class"] == "timeout" and "timed out after 300 ms" in run.error["message"]

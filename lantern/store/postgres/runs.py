@@ -92,7 +92,7 @@ class Runs(PostgresConnection):
         try:
             row = await self._fetchone(_CREATE_RUN, args)
         except psycopg.errors.UniqueViolation as exc:
-            if idempotency_key is not None and "idempotency" in str(exc):
+            if exc.diag.constraint_name == "runs_by_idempotency_key":
                 raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
             raise StoreError(f"run {run.id}: {exc}") from exc
         if row is None:

@@ -87,3 +87,19 @@ def _event(row: sqlite3.Row, blob: bytes | None = None) -> Event:
         hash=row[9],
         blob=blob,
     )
+
+
+# SQLite names the columns of a violated UNIQUE index, not the index: each index of the
+# schema by its columns, so a conflict is matched on the constraint's name on both backends.
+_UNIQUE_INDEXES = {"runs.workspace, runs.idempotency_key": "runs_by_idempotency_key"}
+
+
+def violated(exc: sqlite3.IntegrityError) -> str | None:
+    """The name of the UNIQUE index ``exc`` violated, when it is one of the schema's."""
+    message = str(exc)
+    prefix = "UNIQUE constraint failed: "
+    if getattr(
+        exc, "sqlite_errorname", ""
+    ) != "SQLITE_CONSTRAINT_UNIQUE" and not message.startswith(prefix):
+        return None
+    return _UNIQUE_INDEXES.get(message.removeprefix(prefix))

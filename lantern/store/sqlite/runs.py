@@ -13,7 +13,7 @@ from lantern.errors import Conflict, NotFound, StoreError
 from lantern.store.codec import dumps, loads_or_none
 from lantern.store.records import AgentVersion, ApiKey, Decision, Run, RunStatus, RunUsage
 from lantern.store.sqlite.connection import SQLiteConnection
-from lantern.store.sqlite.rows import _RUN_COLUMNS, _api_key, _run, _time
+from lantern.store.sqlite.rows import _RUN_COLUMNS, _api_key, _run, _time, violated
 
 
 class Runs(SQLiteConnection):
@@ -95,7 +95,7 @@ class Runs(SQLiteConnection):
         try:
             row = await self._write(lambda c: c.execute(sql, args).fetchone())
         except sqlite3.IntegrityError as exc:
-            if idempotency_key is not None and "idempotency_key" in str(exc):
+            if violated(exc) == "runs_by_idempotency_key":
                 raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
             raise StoreError(f"run {run.id}: {exc}") from exc
         if row is None:

@@ -1,0 +1,471 @@
+"""The journal discipline, declared once: what every kind of run does to be durable.
+
+A *drive* is one execution of one run under its lease, from the journal to the run's end or
+to a stop. How a run decides what to do next differs by kind (a graph's ``interpreter.plan``,
+a plain agent's ``turns.next_action``, a code-first function's own control flow, a microVM
+workload's reports); how it journals what it does does not, and lives here:
+
+- **Opening from the journal** (``execute``): fold the journal (one read, with blobs), serve
+  the completed steps from it, and open with ``run_started`` (a new run, leased and opened in
+  one transaction by ``begin``), ``run_resumed`` (woken from a park) or the recovery opening
+  (``run_recovered``, or ``run_failed`` with ``recovery_exhausted`` for a run that keeps
+  killing its executors). A recovery gives every replayed step its zero-length span.
+- **The fenced commit** (``commit``): one ``Append`` under the lease's epoch, its latency in
+  ``lantern_journal_write_seconds``, its events counted by kind, the anomaly detector fed, the
+  keeper told when the commit gave the lease up, and the app's commit listeners called.
+- **Steps**: ``start`` journals ``step_started`` (write-ahead: before the step is invoked);
+  ``perform`` runs the step's work as a task through ``observed`` (its span, current while it
+  runs so ``traceparent`` rides on its requests; its duration and model usage) within its
+  step timeout; ``complete`` journals its output (exactly what a replay reads back, or a
+  ``StepError`` when the journal cannot store it); ``failure`` journals a retry with its due
+  time (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
+  failure; ``run_failed``, ``step_ended_run``, ``succeeded`` and ``cancel`` end the run.
+  ``key`` and ``deliveries`` give a step attempt its idempotency key and its claimed
+  deliveries, fenced by the drive's lease.
+- **Anomalies** (``anomalies``): journal what the detector finds and apply its policy
+  (record; fail the run; pause at an implicit approval ``anomaly:<kind>`` for kinds of run
+  that can park, recorded only for the others).
+- **The lease** (``under_lease``): won with the opening commit or by a claim, renewed by the
+  keeper (which also sees a cancellation request) while the drive executes, handed on at once
+  on a clean stop; ``ensure_live``: a lost or unrenewed lease stops the drive before it
+  starts anything more, and the next holder re-drives from the journal.
+
+Extension surface (how a new kind of run plugs in): subclass ``Drive`` and implement
+
+- ``step_type(step)``: the step's type for spans and metrics (``lantern.node_type``);
+- ``plan(state)``: called once the opening events are written (``self.outputs`` and
+  ``self.attempts`` hold the journal's view): journal the steps this drive starts first
+  (``self.start``) and return ``(events, update)``, ``update`` being the run's end when it
+  ends at once;
+- ``proceed()``: run from there to the end (``self.final`` set by the commit that ended the
+  run) or to a stop, using the primitives above and nothing else to touch the journal;
+
+optionally ``opening_steps()`` (events a fresh run journals right after ``run_started``, such
+as a graph's trigger). Pass ``can_pause=False`` when the kind has nowhere to park. Then let
+``Runner`` pick the new drive for its kind of agent (``runner._new_drive``).
+
+A code-first function's drive (``ctx.step(name, fn)``): a step in ``self.outputs`` returns its
+journaled output without running; otherwise ``commit([start(...)])``, ``perform(...)``, then
+``commit([complete(...)])`` or, on a StepError, ``failure(...)`` (a retry: ``backoff`` and
+go again; none: ``step_ended_run``). A microVM workload's drive turns each step the VM
+reports into the same calls, so a VM never writes the journal itself and every kind of run
+gets the same spans, counters, fencing and recovery. ``DriveHost`` is all a drive knows of
+the process it runs in, so no drive imports the runner (import-linter checks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any, Protocol
+
+import httpx
+
+from lantern.app import App
+from lantern.effects.claims import Deliveries
+from lantern.engine import events as ev
+from lantern.engine.anomalies import Anomaly, Detector, RetryRates
+from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
+from lantern.engine.leases import LeaseKeeper
+from lantern.engine.live import LiveText
+from lantern.engine.retries import RetryPolicy
+from lantern.errors import LeaseLost, StepError
+from lantern.ids import idempotency_key
+from lantern.models.registry import Models
+from lantern.nodes.base import Noted
+from lantern.observability import logs, metrics, tracing
+from lantern.store.base import Store
+from lantern.store.codec import dumps, text_problem
+from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
+
+
+class DriveHost(Protocol):
+    """What a drive uses of the process that runs it (the ``Runner`` is one)."""
+
+    store: Store
+    app: App
+    keeper: LeaseKeeper
+    worker_id: str
+    http: httpx.AsyncClient
+    models: Models
+    stopping: asyncio.Event
+    max_recoveries: int
+    retry_rates: RetryRates
+    live: LiveText  # model steps' text as it is generated, for followers (never journaled)
+    step_timeout: float | None  # a step's limit unless its node or agent sets one
+
+    def on_queued(self) -> None:
+        """A run was queued here (a child): look for work now."""
+
+    async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
+        """Recent usage of the agent's steps and whole runs (anomaly baselines)."""
+        ...
+
+
+# A retry waiting out its backoff: (step, the attempt to start, when it is due in epoch ms).
+Retry = tuple[str, int, int]
+
+log = logging.getLogger("lantern.runner")
+
+
+async def under_lease(
+    host: DriveHost, run: Run, new_drive: Callable[[], Drive], lease: Lease | None
+) -> Drive | None:
+    """Execute a drive of ``run`` under its lease: won here (a never-started run leases and
+    opens in one transaction), or ``lease``, won before by a claim (so the run read is current
+    and a queued run has no journal to read). The keeper renews the lease and watches for a
+    cancellation while the drive executes; a clean stop hands the lease on at once. The
+    drive, which says how it ended (``final`` None: stopped early); None when another worker
+    holds the run or ours was lost."""
+    drive = new_drive()
+    known_empty = lease is not None and run.status == "queued"
+    if lease is None and run.status == "queued" and not run.cancel_requested:
+        # Lease and opening commit in one transaction: one commit fewer per run.
+        lease = await drive.begin()
+        if lease is None:
+            drive = new_drive()
+    if lease is None:
+        lease = await host.store.acquire_lease(run.id, host.worker_id, host.keeper.ttl)
+        if lease is None:
+            return None
+    host.keeper.hold(lease, drive.cancelled.set)
+    try:
+        await drive.execute(lease, RunState() if known_empty else None)
+    except LeaseLost as exc:
+        log.warning("%s", exc)
+        return None
+    except asyncio.CancelledError:
+        # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
+        await asyncio.shield(host.store.release_lease(lease))
+        raise
+    finally:
+        host.keeper.drop(lease)
+    if drive.final is None:  # the commit that finishes a run releases its lease itself
+        await host.store.release_lease(lease)
+    return drive
+
+
+class Drive(ABC):
+    """One drive of one run: the journal discipline; subclasses decide what runs next."""
+
+    def __init__(
+        self,
+        host: DriveHost,
+        run: Run,
+        *,
+        anomalies: Mapping[str, dict[str, Any]],
+        can_pause: bool,
+    ) -> None:
+        self.host = host
+        self.run = run
+        self.lease = Lease(run.id, host.worker_id, 0)  # the real one comes with execute()
+        self.writer = EventWriter(run.id)
+        self.outputs: dict[str, Any] = {}
+        self.attempts: dict[str, int] = {}  # step -> the attempt last started
+        self.waiting: dict[str, dict[str, Any]] = {}  # parked steps: step_waiting data
+        self.final: RunUpdate | None = None  # the update that finished the run, once it has
+        self.cancelled = asyncio.Event()  # set when a cancellation request is seen
+        self._opened = False  # begin() journaled the opening
+        if not can_pause:  # nowhere to park: a "pause" policy is recorded, not applied
+            anomalies = {
+                k: {**v, "policy": "fail" if v["policy"] == "fail" else "record"}
+                for k, v in anomalies.items()
+            }
+        self.detector = Detector(run.workspace, dict(anomalies), host.retry_rates, self._baseline)
+        if run.cancel_requested:
+            self.cancelled.set()
+
+    # -- what a kind of run decides --------------------------------------------------------
+
+    @abstractmethod
+    def step_type(self, step: str) -> str:
+        """The step's type in spans and metrics (a node type, ``llm``, ``tool``, ...)."""
+
+    @abstractmethod
+    def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
+        """The steps this drive starts first (journaled with ``start``), or the run's end."""
+
+    @abstractmethod
+    async def proceed(self) -> None:
+        """Run from the opening to the run's end or to a stop."""
+
+    def opening_steps(self) -> list[NewEvent]:
+        """Events a fresh run journals right after ``run_started``."""
+        return []
+
+    # -- opening ---------------------------------------------------------------------------
+
+    async def begin(self) -> Lease | None:
+        """Lease a never-started run and journal its opening, in one transaction."""
+        events, update = self._open(RunState())
+        lease = await self.host.store.start_run(
+            self.run.id,
+            self.host.worker_id,
+            self.host.keeper.ttl,
+            events,
+            update or RunUpdate("running"),
+        )
+        if lease is not None:
+            self.lease = lease
+            self._committed(events, update)
+            self._opened = True
+        return lease
+
+    async def execute(self, lease: Lease, state: RunState | None) -> None:
+        """Drive from the journal (``state`` None: read it) to the end, or to a stop."""
+        self.lease = lease
+        if not self._opened:
+            if state is None:
+                journal = await self.host.store.events(self.run.id, blobs=True)
+                state = fold(journal)
+                self.detector.replay(journal)
+            if state.terminal is not None:
+                return
+            if self.cancelled.is_set():
+                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
+                await self.cancel([])
+                return
+            events, update = self._open(state)
+            await self.commit(events, update)
+        if self.final is None:
+            await self.proceed()
+
+    def _open(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
+        self.writer = w = EventWriter(self.run.id, state.last_seq, state.last_hash)
+        self.outputs = dict(state.outputs)
+        self.attempts = dict(state.attempts)
+        self.waiting = dict(state.waiting)
+        update: RunUpdate | None
+        if state.started and self.run.status == "waiting":
+            # Woken from a park (a decision, a child's end, a timeout): not a recovery.
+            events = [w.event(ev.RUN_RESUMED, {"worker": self.host.worker_id})]
+            update = RunUpdate("running")
+        elif state.started:
+            metrics.RECOVERIES.inc()
+            event, failed = recovery(
+                w, state, self.host.worker_id, self.lease.epoch, self.host.max_recoveries
+            )
+            if failed is not None:
+                return [event], failed
+            replayed = [
+                (s, self.step_type(s), state.attempts.get(s, 1)) for s in sorted(state.outputs)
+            ]
+            tracing.recovered(self.run.id, replayed, state.worker, state.recoveries + 1)
+            events, update = [event], None
+        else:
+            events = [w.event(ev.RUN_STARTED, {"worker": self.host.worker_id})]
+            events += self.opening_steps()
+            update = RunUpdate("running")
+        more, end = self.plan(state)
+        return events + more, end or update
+
+    # -- the fenced commit -----------------------------------------------------------------
+
+    async def commit(self, events: Sequence[NewEvent], update: RunUpdate | None = None) -> None:
+        """Append ``events`` (and ``update``) under the lease: durable, or LeaseLost."""
+        started = time.perf_counter()
+        await self.host.store.append(Append(self.lease, tuple(events), update))
+        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
+        self._committed(events, update)
+
+    def _committed(self, events: Sequence[NewEvent], update: RunUpdate | None) -> None:
+        self.detector.replay(events)
+        if update is not None and update.releases:
+            self.host.keeper.drop(self.lease)  # given up with this commit: renew it no more
+        if update is not None and update.status in TERMINAL:
+            self.final = update
+        count_committed(events)
+        run = self.run
+        logs.run_events(run.id, run.agent_name, run.agent_version, self.host.worker_id, events)
+        for listener in self.host.app.commit_listeners:
+            listener(self.run.id, list(events))
+
+    def ensure_live(self) -> None:
+        """Start nothing more once the lease is lost, or not renewed for a whole TTL (the
+        database away): whoever holds the run next re-drives it from the journal."""
+        if not self.host.keeper.live(self.run.id):
+            raise LeaseLost(self.run.id, self.lease.epoch)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def start(self, step: str, attempt: int, data: Mapping[str, Any] | None = None) -> NewEvent:
+        """``step_started`` of ``(step, attempt)``; commit it before the step is invoked."""
+        self.attempts[step] = attempt
+        body = {"type": self.step_type(step)} if data is None else dict(data)
+        return self.writer.event(ev.STEP_STARTED, body, step_id=step, attempt=attempt)
+
+    def key(self, step: str, attempt: int) -> str:
+        return idempotency_key(self.run.id, step, attempt)
+
+    def deliveries(self, step: str, attempt: int) -> Deliveries:
+        """The claimed deliveries of one step attempt, fenced by this drive's lease."""
+        return Deliveries(
+            self.host.store,
+            self.lease,
+            step_id=step,
+            attempt=attempt,
+            idempotency_key=self.key(step, attempt),
+        )
+
+    def perform(
+        self, step: str, attempt: int, work: Awaitable[Any], timeout: float | None = None
+    ) -> asyncio.Task[Any]:
+        """The step attempt's work as a task, observed, cancelled past ``timeout`` seconds."""
+        if timeout is not None:
+            work = _within(work, timeout, step)
+        return asyncio.ensure_future(
+            observed(
+                work, self.run.id, step, self.step_type(step), attempt, self.key(step, attempt)
+            )
+        )
+
+    def complete(
+        self, step: str, attempt: int, value: Any, usage: Callable[[Any], dict[str, Any] | None]
+    ) -> NewEvent | StepError:
+        """``step_completed`` with the step's output, which later steps then see exactly as a
+        replay reads it back; a StepError when the journal cannot store it (canonical JSON,
+        the hash chain, refuses what JSON cannot carry exactly, such as integers past 2^53)."""
+        try:
+            body = dumps(value)
+            problem = text_problem(body)
+            if problem is None:
+                output = json.loads(body)
+                event = self.writer.completed(step, attempt, output, body, usage=usage(output))
+                self.outputs[step] = output
+                return event
+        except (TypeError, ValueError) as err:
+            problem = f"it is not JSON: {err}"
+        return StepError(
+            f"step {step!r} returned a value the journal cannot store: {problem}",
+            error_class="tool",
+        )
+
+    def failure(
+        self, step: str, attempt: int, error: StepError, policy: RetryPolicy
+    ) -> tuple[NewEvent, Retry | None]:
+        """A failed attempt: ``step_retrying`` with when the next is due (which survives a
+        crash), or ``step_failed`` when the policy gives up (then end the run)."""
+        if policy.retries(error, attempt):
+            delay = policy.delay_ms(attempt)
+            due = int(time.time() * 1000) + delay
+            data = {
+                "attempt": attempt + 1,
+                "of": policy.max_attempts,
+                "error": error.to_json(),
+                "delayMs": delay,
+                "dueAt": due,
+            }
+            event = self.writer.event(ev.STEP_RETRYING, data, step_id=step, attempt=attempt + 1)
+            return event, (step, attempt + 1, due)
+        data = {"error": error.to_json()}
+        return self.writer.event(ev.STEP_FAILED, data, step_id=step, attempt=attempt), None
+
+    async def backoff(self, due_ms: int) -> bool:
+        """Wait out a retry's backoff until its journaled due time (after a crash too);
+        False when a cancellation request came first."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.cancelled.wait(), max(0.0, due_ms / 1000 - time.time()))
+        return not self.cancelled.is_set()
+
+    # -- the run's end ---------------------------------------------------------------------
+
+    def succeeded(self, output: Any) -> tuple[NewEvent, RunUpdate]:
+        return self.writer.event(ev.RUN_SUCCEEDED, {"output": output}), RunUpdate(
+            "succeeded", output=output
+        )
+
+    def run_failed(self, error: dict[str, Any]) -> tuple[NewEvent, RunUpdate]:
+        return self.writer.event(ev.RUN_FAILED, {"error": error}), RunUpdate("failed", error=error)
+
+    def step_ended_run(self, step: str, error: StepError) -> tuple[NewEvent, RunUpdate]:
+        """The run fails because ``step`` failed for good."""
+        return self.run_failed(ev.step_failed_error(step, error.to_json()))
+
+    async def cancel(
+        self, events: list[NewEvent], tasks: Iterable[asyncio.Future[Any]] = ()
+    ) -> None:
+        """Stop the work in flight and journal the cancellation (with what did complete)."""
+        stopping = list(tasks)
+        for task in stopping:
+            task.cancel()
+        await asyncio.gather(*stopping, return_exceptions=True)
+        events.append(self.writer.event(ev.RUN_CANCELLED, {"by": "request"}))
+        await self.commit(events, RunUpdate("cancelled", error=ev.CANCELLED))
+
+    # -- anomalies -------------------------------------------------------------------------
+
+    async def anomalies(
+        self, events: list[NewEvent], starting: Sequence[str]
+    ) -> tuple[RunUpdate | None, bool]:
+        """Journal (into ``events``) the anomalies that ``events`` and the steps about to
+        start (their signatures) raise, applying each policy: the run's failure when one
+        fails it, and whether one paused it (an implicit approval ``anomaly:<kind>``)."""
+        found = await self.detector.check(events, starting)
+        error: dict[str, Any] | None = None
+        paused = False
+        for a in found:
+            events.append(self._anomaly(a))
+            if a.policy == "fail" and error is None:
+                error = ev.anomaly_error(a.kind, a.detail)
+            elif a.policy == "pause":
+                paused = True
+                step = f"anomaly:{a.kind}"
+                wait = {
+                    "kind": "approval",
+                    "anomaly": a.kind,
+                    "prompt": f"Anomaly {a.kind}: {a.detail}. Let the run go on?",
+                }
+                events.append(self.writer.event(ev.STEP_WAITING, wait, step_id=step, attempt=1))
+                self.waiting[step] = wait
+                self.attempts[step] = 1
+        if error is None:
+            return None, paused
+        event, failed = self.run_failed(error)  # the run's end is the commit's last event
+        events.append(event)
+        return failed, False
+
+    def _anomaly(self, a: Anomaly) -> NewEvent:
+        data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
+        return self.writer.event(ev.ANOMALY_DETECTED, data)
+
+    async def _baseline(self) -> Mapping[str, Sequence[Mapping[str, Any]]]:
+        return await self.host.baseline(self.run.workspace, self.run.agent_name)
+
+
+async def observed(
+    work: Awaitable[Any], run_id: str, step: str, step_type: str, attempt: int, key: str
+) -> Any:
+    """One step attempt, observed: its span (current while the work runs, so ``traceparent``
+    rides on its requests), its duration, and the model usage its answer names."""
+    span = tracing.start_step(run_id, step, step_type, attempt, key)
+    started = time.perf_counter()
+    try:
+        output = await work
+    except BaseException as exc:
+        metrics.step_duration(step_type, time.perf_counter() - started)
+        if span is not None:
+            span.failed(exc)
+        raise
+    metrics.step_duration(step_type, time.perf_counter() - started)
+    answer = output.value if isinstance(output, Noted) else output  # a gated answer
+    metrics.model_usage(answer)
+    if span is not None:
+        span.succeeded(answer)
+    return output
+
+
+async def _within(work: Awaitable[Any], limit: float, step: str) -> Any:
+    """The step's work, cancelled when it runs past its ``timeoutMs``."""
+    try:
+        return await asyncio.wait_for(work, limit)
+    except TimeoutError:
+        raise StepError(
+            f"step {step!r} timed out after {round(limit * 1000)} ms",
+            error_class="timeout",
+            retryable=True,
+        ) from None

@@ -1,0 +1,1 @@
+"""Model providers, routes, prices and budgets: what a model step calls and what it costs."""

@@ -1,0 +1,229 @@
+"""One drive discipline under both kinds of run: the same work as a graph agent and as a plain
+agent (a model turn, a tool that calls a peer over HTTP, a model turn) yields the same
+observability facts, across a SIGKILL and a restart, as a real OTLP receiver, the peer, the
+model provider and the replica's /metrics see them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from lantern.demo.receiver import Receiver
+from lantern.engine.runs import apply_agent, create_run
+from lantern.ids import idempotency_key
+from lantern.observability.tracing import trace_id_for
+from lantern.store import Store
+from tests.crash.processes import Serve
+from tests.crash.test_sigkill import wait_for_status
+from tests.fake_llm import Script
+from tests.fake_llm import running as provider
+from tests.otlp import OtlpReceiver, ReceivedSpan, running
+from tests.server import free_port
+
+MODEL = "gpt-4o-mini"
+STEP_ATTRIBUTES = {
+    "lantern.run_id",
+    "lantern.step_id",
+    "lantern.node_type",
+    "lantern.attempt",
+    "lantern.idempotency_key",
+    "lantern.replayed",
+}
+
+
+def graph_agent(url: str) -> dict[str, Any]:
+    """trigger -> first (model) -> ping (the tool) -> last (model)."""
+    turn = {"model": MODEL, "prompt": "Say hi to {{ input.name }}"}
+    return {
+        "name": "shaped",
+        "graph": {
+            "nodes": [
+                {"id": "start", "type": "trigger"},
+                {"id": "first", "type": "ai-step", "data": turn},
+                {"id": "ping", "type": "tool", "data": {"tool": "ping", "args": {"url": url}}},
+                {"id": "last", "type": "ai-step", "data": turn},
+            ],
+            "edges": [
+                {"source": "start", "target": "first"},
+                {"source": "first", "target": "ping"},
+                {"source": "ping", "target": "last"},
+            ],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of run: its agent, its script, its steps (first model turn, tool, last)."""
+
+    name: str
+    steps: tuple[str, str, str]
+    model_type: str
+
+    def agent(self, url: str) -> dict[str, Any]:
+        if self.name == "graph":
+            return graph_agent(url)
+        return {"name": "shaped", "model": MODEL, "tools": ["ping"]}
+
+    def script(self, url: str) -> Script:
+        if self.name == "graph":
+            return Script(["Hello."])
+        return Script([[("ping", {"url": url})], "Hello."])
+
+
+GRAPH = Kind("graph", ("first", "ping", "last"), "ai-step")
+PLAIN = Kind("plain", ("llm:1", "tool:1:ping", "llm:2"), "llm")
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def traceparent(value: str) -> tuple[int, int]:
+    _, trace_hex, span_hex, _ = value.split("-")
+    return int(trace_hex, 16), int(span_hex, 16)
+
+
+async def facts(
+    kind: Kind, store: Store, tmp_path: Path, otlp: OtlpReceiver, receiver: Receiver
+) -> dict[str, Any]:
+    """Drive the work, killed after its tool's completion and finished by a second replica;
+    what each observer saw, named by role (first, tool, last) rather than by step id."""
+    _, tool_id, last_id = kind.steps
+    roles = dict(zip(kind.steps, ("first", "tool", "last"), strict=True))
+    peer = f"{receiver.url}/ping-{kind.name}"
+    with provider(script=kind.script(peer)) as fake:
+        await apply_agent(store, kind.agent(peer))
+        run = await create_run(store, "shaped", {"name": "Ada"} if kind is GRAPH else "Hi")
+        env = {
+            **fake.env(),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "LANTERN_LEASE_TTL": "5s",  # the killed replica's lease expires soon
+            "LANTERN_RECOVERY_INTERVAL": "500ms",
+            "LANTERN_TEST_PRELOAD_OPENAI": "1",
+            "LANTERN_TEST_CRASH_RUN": run.id,
+        }
+        doomed = Serve(
+            store.url,
+            tmp_path / f"{kind.name}-a.log",
+            LANTERN_WORKER_ID=f"{kind.name}-a",
+            LANTERN_TEST_CRASH_AFTER=f"step_completed:{tool_id}",
+            **env,
+        )
+        code = await asyncio.to_thread(doomed.proc.wait, 60)
+        doomed.out.close()
+        assert code == -9, doomed.output()
+        port = free_port()
+        second = Serve(
+            store.url,
+            tmp_path / f"{kind.name}-b.log",
+            LANTERN_WORKER_ID=f"{kind.name}-b",
+            LANTERN_PORT=str(port),
+            **env,
+        )
+        try:
+            await wait_for_status(store, run.id, "succeeded", timeout=60)
+            async with httpx.AsyncClient() as http:
+                scraped = metric_samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+        finally:
+            assert second.stop() == 0, second.output()  # a clean stop flushes the spans
+        model_requests = fake.calls()
+
+    trace_id = trace_id_for(run.id)
+    spans = [s for s in otlp.received() if s.attributes.get("lantern.run_id") == run.id]
+    assert spans and {s.trace_id for s in spans} == {trace_id}
+    # The drive that finished the run (a drive cut short by a database failure would be
+    # another, with an error status).
+    resumed = [
+        s
+        for s in spans
+        if s.name == "run shaped" and s.attributes.get("lantern.run_status") == "succeeded"
+    ]
+    assert len(resumed) == 1 and resumed[0].resource["service.instance.id"] == f"{kind.name}-b"
+    assert resumed[0].attributes["lantern.recovered"] is True
+
+    def steps_of(where: str) -> list[ReceivedSpan]:
+        return [
+            s
+            for s in spans
+            if s.name.startswith("step ")
+            and s.resource["service.instance.id"] == f"{kind.name}-{where}"
+            and s.attributes["lantern.step_id"] in roles
+        ]
+
+    for span in steps_of("a") + steps_of("b"):
+        assert STEP_ATTRIBUTES <= span.attributes.keys(), span
+        assert span.attributes["lantern.attempt"] == 1
+        step = str(span.attributes["lantern.step_id"])
+        assert span.attributes["lantern.idempotency_key"] == idempotency_key(run.id, step, 1)
+    replayed = {
+        roles[str(s.attributes["lantern.step_id"])]
+        for s in steps_of("b")
+        if s.attributes["lantern.replayed"] and s.start_ns == s.end_ns
+    }
+    [last] = [s for s in steps_of("b") if s.attributes["lantern.step_id"] == last_id]
+    assert last.attributes["lantern.replayed"] is False
+    assert last.parent_span_id == resumed[0].span_id
+    assert last.attributes["lantern.node_type"] == kind.model_type
+
+    # traceparent on every outgoing request, in the run's trace; the last model request's
+    # parent is the last step's span.
+    pings = [h for h in receiver.hits if h.path == f"/ping-{kind.name}"]
+    assert len(pings) == 1 and pings[0].idempotency_key == idempotency_key(run.id, tool_id, 1)
+    assert traceparent(pings[0].headers["traceparent"])[0] == trace_id
+    # The first turn was served from the journal after the kill: one request per turn (a
+    # request the SDK re-sent carries the same key and traceparent).
+    by_key = {r.key: traceparent(r.headers["traceparent"]) for r in model_requests}
+    assert by_key.keys() == {idempotency_key(run.id, s, 1) for s in (kind.steps[0], last_id)}
+    assert {t for t, _ in by_key.values()} == {trace_id}
+    assert by_key[idempotency_key(run.id, last_id, 1)][1] == last.span_id
+
+    def sample(name: str, **labels: str) -> float:
+        return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    kinds_counted = {
+        dict(labels)["kind"]
+        for (name, labels), value in scraped.items()
+        if name == "lantern_journal_events_total" and value > 0
+    }
+    return {
+        "replayed": replayed,
+        "last span usage": {
+            k: last.attributes.get(k)
+            for k in ("lantern.usage.output_tokens", "gen_ai.request.model", "gen_ai.system")
+        },
+        "tokens": sample(
+            "lantern_model_tokens_total", provider="openai", model=MODEL, direction="output"
+        ),
+        "cost > 0": sample("lantern_model_cost_usd_total", provider="openai", model=MODEL) > 0,
+        "journal events counted": kinds_counted,
+        "journal writes": sample("lantern_journal_write_seconds_count") > 0,
+        "model steps timed": sample(
+            "lantern_step_duration_seconds_count", node_type=kind.model_type
+        ),
+        "recoveries": sample("lantern_recoveries_total"),
+    }
+
+
+async def test_a_graph_agent_and_a_plain_agent_yield_the_same_observability_facts(
+    store: Store, tmp_path: Path, receiver: Receiver
+) -> None:
+    with running() as otlp:
+        graph = await facts(GRAPH, store, tmp_path, otlp, receiver)
+        plain = await facts(PLAIN, store, tmp_path, otlp, receiver)
+    assert graph == plain
+    assert graph["replayed"] == {"first", "tool"}
+    assert graph["journal events counted"] == {"run_recovered", "step_completed", "run_succeeded"}
+    assert graph["tokens"] > 0 and graph["cost > 0"] and graph["journal writes"]
+    assert graph["last span usage"]["gen_ai.request.model"] == MODEL
+    assert graph["recoveries"] == 1 and graph["model steps timed"] == 1
