@@ -72,6 +72,10 @@ def test_pending_approvals_and_who_decided(api_server: Server) -> None:
         ]
         assert all(p["agentName"] == "review" and p["since"] for p in items)
         assert other.get("/v1/approvals").json()["items"] == []  # another workspace's runs
+        scraped = httpx.get(f"{api_server.url}/metrics", timeout=30).text
+        assert 'lantern_runs{status="waiting",workspace="acme"} 2.0' in scraped, scraped
+        assert "lantern_leases_held 0.0" in scraped  # parked runs hold no lease
+        assert "lantern_oldest_queued_run_age_seconds 0.0" in scraped
         bad = ro.get("/v1/approvals", params={"status": "decided"})
         assert bad.status_code == 422 and bad.headers["content-type"].startswith(
             "application/problem+json"
