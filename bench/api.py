@@ -238,6 +238,7 @@ class ServerProcess:
             "LANTERN_PORT": str(self.port),
             "LANTERN_WORKER_ID": f"bench-{self.port}",
             "PYTHONPATH": str(ROOT),
+            "LANTERN_RATE_LIMIT": "0",  # a throughput bench: one key sends as fast as it can
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

@@ -29,6 +29,7 @@ import psycopg
 
 import lantern
 from lantern.demo.receiver import Receiver
+from lantern.effects.egress import EgressPolicy
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.store import Store, open_store
@@ -92,7 +93,8 @@ async def measure(store: Store, url: str, runs: int, rounds: int) -> dict[str, l
     for definition in agents(url).values():
         await apply_agent(store, definition)
     per_step: dict[str, list[float]] = {name: [] for name in ("http", "tool", "claimed")}
-    async with Worker(store, app, worker_id="bench", lease_ttl=600) as worker:
+    loopback = EgressPolicy.parse("127.0.0.1")  # the receiver is on loopback
+    async with Worker(store, app, worker_id="bench", lease_ttl=600, egress=loopback) as worker:
         assert worker.runner is not None
         for name in per_step:  # warm-up
             await worker.runner.drive((await create_run(store, name, {})).id)

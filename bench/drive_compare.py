@@ -10,6 +10,9 @@ hits both alike) drives ``--runs`` sequential runs and reports
 - CPU µs/step: the child process's CPU time (user + system, all its threads: the event
   loop, SQLite's thread, psycopg) over the same steps; the database server's is not in it.
 
+With ``BENCH_CALLS=1`` each child instead counts the Python function calls per step under
+cProfile: a measure of the work done that a loaded machine does not disturb.
+
 The kinds: a graph agent of 10 no-op tool steps after its trigger, and a plain agent of 11
 steps (5 model turns that each ask for the no-op tool, 5 tool calls, a last turn), its model
 a scripted in-process provider so no network or key is involved. The child imports whichever
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
+import pstats
 import secrets
 import statistics
 import subprocess
@@ -122,12 +127,18 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
                 for run_id in ids[:warmup]:
                     await runner.drive(run_id)
                 steps = 0
+                profile = cProfile.Profile() if os.environ.get("BENCH_CALLS") else None
                 wall0, cpu0 = time.perf_counter(), time.process_time()
+                if profile is not None:
+                    profile.enable()
                 for run_id in ids[warmup:]:
                     run = await runner.drive(run_id)
                     if run is None or run.status != "succeeded":
                         raise RuntimeError(f"run {run_id}: {run and (run.status, run.error)}")
+                if profile is not None:
+                    profile.disable()
                 wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+                calls = pstats.Stats(profile).total_calls if profile is not None else 0
             for run_id in ids[warmup:]:
                 steps += sum(1 for e in await store.events(run_id) if e.kind == "step_completed")
         finally:
@@ -141,6 +152,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
         "us_per_step": wall / steps * 1e6,
         "cpu_us_per_step": cpu / steps * 1e6,
         "steps": steps,
+        "calls_per_step": calls / steps,
         "lantern": str(Path(lantern.__file__).parent),
     }
 
@@ -201,6 +213,15 @@ def compare(ref: str, backends: list[str], runs: int, rounds: int, warmup: int) 
                         result = measure(builds[build], backend, kind, runs, warmup)
                         got.setdefault((backend, kind, build), []).append(result)
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    calls = bool(os.environ.get("BENCH_CALLS"))
+    if calls:  # Python function calls per step (cProfile on): a count load cannot disturb
+        print("backend   kind    build    calls/step")
+        for backend in backends:
+            for kind in KINDS:
+                for build in ("before", "after"):
+                    n = statistics.median(x["calls_per_step"] for x in got[(backend, kind, build)])
+                    print(f"{backend:8}  {kind:6}  {build:6}  {n:10,.0f}")
+        return
     print("backend   kind    build    µs/step   CPU µs/step   after/before (median of rounds)")
     for backend in backends:
         for kind in KINDS:

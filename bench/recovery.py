@@ -148,6 +148,7 @@ class Replica:
             "LANTERN_WORKER_ID": self.name,
             "LANTERN_PORT": str(self.port),
             "PYTHONPATH": str(ROOT),
+            "LANTERN_EGRESS_ALLOW": "127.0.0.1",  # the receiver is on loopback
             **FAST,
         }
         with self.log.open("ab") as out:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib
 import inspect
@@ -10,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
 
+from lantern import threads
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
 
@@ -60,8 +60,9 @@ class Tool:
             kwargs[self.context_param] = context
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(**kwargs)
-        # A sync tool must not block the event loop that journals every other run.
-        return await asyncio.to_thread(self.fn, **kwargs)
+        # A sync tool must not block the event loop that journals every other run, nor the
+        # default executor's threads that DNS lookups use: it gets a bounded pool of its own.
+        return await threads.run_sync(self.fn, **kwargs)
 
 
 class App:

@@ -57,6 +57,15 @@ class Settings:
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
     data_dir: str | None = None  # LANTERN_DATA_DIR; None: see data_path
     signing_key: str | None = field(default=None, repr=False)  # LANTERN_SIGNING_KEY (PEM)
+    egress_allow: str | None = None  # LANTERN_EGRESS_ALLOW: non-public peers tenants may reach
+    # LANTERN_OPERATOR_WORKSPACE: its admin keys see every workspace on /v1/workers and, with
+    # LANTERN_METRICS=admin, read /metrics
+    operator_workspace: str | None = None
+    metrics_public: bool = True  # LANTERN_METRICS: "public" (default) or "admin"
+    rate_limit: float = 100.0  # LANTERN_RATE_LIMIT: requests per second per key (0: none)
+    max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
+    body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
+    secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,6 +85,13 @@ class Settings:
             smtp_url=smtp_url(e),
             data_dir=e.get("LANTERN_DATA_DIR") or None,
             signing_key=e.get("LANTERN_SIGNING_KEY") or None,
+            egress_allow=egress_allow(e),
+            operator_workspace=e.get("LANTERN_OPERATOR_WORKSPACE") or None,
+            metrics_public=_metrics_public(e),
+            rate_limit=_rate(e),
+            max_connections=_integer(e, "LANTERN_MAX_CONNECTIONS", 1000),
+            body_timeout=_duration(e, "LANTERN_BODY_TIMEOUT", "30s"),
+            secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
         )
 
     @property
@@ -96,6 +112,48 @@ def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
     send (see lantern.effects.email for its forms), so a step fails clearly without it."""
     e = os.environ if env is None else env
     return e.get("LANTERN_SMTP_URL") or None
+
+
+def _rate(env: Mapping[str, str]) -> float:
+    raw = env.get("LANTERN_RATE_LIMIT", "100")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise UsageError(f"LANTERN_RATE_LIMIT={raw!r} is not a number of requests per second")
+    return value
+
+
+def _metrics_public(env: Mapping[str, str]) -> bool:
+    raw = env.get("LANTERN_METRICS", "public").strip().lower()
+    if raw not in ("public", "admin"):
+        raise UsageError(f"LANTERN_METRICS={raw!r} must be public or admin")
+    return raw == "public"
+
+
+def email_from_domains(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """LANTERN_EMAIL_FROM_DOMAINS: the domains email connectors may send from (unset: any)."""
+    raw = (os.environ if env is None else env).get("LANTERN_EMAIL_FROM_DOMAINS", "")
+    return frozenset(d.strip().lower().rstrip(".") for d in raw.split(",") if d.strip())
+
+
+def email_max_recipients(env: Mapping[str, str] | None = None) -> int:
+    """LANTERN_EMAIL_MAX_RECIPIENTS: to and cc of one email together (default 50)."""
+    return _integer(os.environ if env is None else env, "LANTERN_EMAIL_MAX_RECIPIENTS", 50)
+
+
+def max_queued_runs(env: Mapping[str, str] | None = None) -> int:
+    """LANTERN_MAX_QUEUED_RUNS: runs one workspace may have queued at once (CONTRACT §12)."""
+    from lantern.limits import MAX_QUEUED_RUNS
+
+    return _integer(os.environ if env is None else env, "LANTERN_MAX_QUEUED_RUNS", MAX_QUEUED_RUNS)
+
+
+def egress_allow(env: Mapping[str, str] | None = None) -> str | None:
+    """LANTERN_EGRESS_ALLOW (CONTRACT §12), or None: tenant URLs reach public addresses only."""
+    e = os.environ if env is None else env
+    return e.get("LANTERN_EGRESS_ALLOW") or None
 
 
 def offline_word_delay(env: Mapping[str, str] | None = None) -> float:

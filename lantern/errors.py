@@ -2,7 +2,8 @@
 
     LanternError
     ├── UsageError                 bad input from a caller: nothing was changed
-    │   └── DefinitionError        an agent definition with one or more problems
+    │   ├── DefinitionError        an agent definition with one or more problems
+    │   └── TooLarge               past a size limit (413)
     ├── NotFound                   an unknown run or agent
     ├── Conflict                   the request contradicts what is stored (a reused key, ...)
     ├── Unauthorized               no API key, or an unknown or revoked one
@@ -41,6 +42,10 @@ class DefinitionError(UsageError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = list(problems)
         super().__init__("invalid agent definition: " + "; ".join(self.problems))
+
+
+class TooLarge(UsageError):
+    """A request past a size limit (answered 413); nothing was changed."""
 
 
 class NotFound(LanternError):

@@ -21,6 +21,15 @@ from tests.server import Server
 
 BACKENDS = ["sqlite", "postgres"]
 
+# Test peers (receivers, fake providers) listen on loopback, which tenant URLs may not reach
+# by default (CONTRACT §12): the harness allows it, for in-process workers and every server a
+# test starts. tests/hostile/ start their servers with the policy they test instead.
+LOOPBACK_ALLOW = "127.0.0.1,::1,localhost"
+os.environ.setdefault("LANTERN_EGRESS_ALLOW", LOOPBACK_ALLOW)
+# Load and concurrency tests send hundreds of requests a second with one key; the per-key
+# rate limit has its own tests (tests/hostile/test_rates.py), which set it.
+os.environ.setdefault("LANTERN_RATE_LIMIT", "0")
+
 
 @pytest.fixture(scope="session")
 def pg_base_url() -> str:

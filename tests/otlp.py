@@ -45,6 +45,7 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
         self.paths: list[str] = []
+        self.raw: list[bytes] = []  # every request's decoded bytes, to search for a value
         self._lock = threading.Lock()
         receiver = self
 
@@ -58,6 +59,8 @@ class OtlpReceiver:
                     raw = gzip.decompress(raw)
                 elif encoding == "deflate":
                     raw = zlib.decompress(raw)
+                with receiver._lock:
+                    receiver.raw.append(raw)
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(raw)
                 receiver._keep(self.path, request)

@@ -251,12 +251,13 @@ def demo(workdir: Path) -> None:
 
 
 def main() -> None:
-    from lantern.cli import journal, keys, operate, receipts, serve, webhooks, workers
+    from lantern.cli import journal, keys, operate, receipts, secrets, serve, webhooks, workers
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
     cli.add_command(workers.workers)
     cli.add_command(webhooks.webhooks)
+    cli.add_command(secrets.secrets)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     runs.add_command(receipts.export_command)

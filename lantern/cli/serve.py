@@ -14,10 +14,12 @@ import uvicorn
 from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
+from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
 from lantern.models.registry import check_configuration
 from lantern.observability import logs
 from lantern.receipts.keys import load_ring
+from lantern.secrets import box, redact
 from lantern.server.app import create_app
 
 
@@ -71,9 +73,12 @@ def serve(
         tools = load_user_app(app_spec, app_dir)
         check_configuration()
         load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
+        EgressPolicy.parse(s.egress_allow)  # and so is a bad LANTERN_EGRESS_ALLOW
+        box.load(s.secrets_key, s.data_path)  # and LANTERN_SECRETS_KEY, or a readable key file
     except LanternError as exc:
         fail(str(exc), 2)
     logs.configure(log_format)
+    redact.install_log_filter()  # no log line shows a secret value a step substituted
     for noisy in ("httpx", "httpx2"):  # a line per request (the model SDKs' too) drowns the rest
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("lantern").info(
@@ -85,6 +90,12 @@ def serve(
             host=s.host,
             port=s.port,
             access_log=False,
+            # Bounds for clients that hold connections open (slowloris) or open thousands:
+            # past max_connections uvicorn answers 503; headers are at most 16 KiB; an idle
+            # keep-alive connection closes after 5 s. The body's read time is the Guard's.
+            limit_concurrency=s.max_connections,
+            h11_max_incomplete_event_size=16 * 1024,
+            timeout_keep_alive=5,
             log_level="info",
             log_config=None,  # uvicorn's lines go through the handler above, in its format
             timeout_graceful_shutdown=int(grace_s) or 1,

@@ -59,7 +59,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     port, log = _free_port(), workdir / "serve.log"
     base = f"http://127.0.0.1:{port}"
     out.rule("[bold]Lantern demo: a crash mid-step costs one step, never the run")
-    server = _serve(url, port, log)
+    server = _serve(url, port, log, receiver.url)
     out.print(f"Started [bold]lantern serve[/] at {base} (pid {server.pid}, worker {WORKER_ID})")
     async with AsyncClient(base, key) as api:
         if not await _healthy(api, server):
@@ -91,7 +91,7 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     receiver.release()
 
     began = time.monotonic()
-    server = _serve(url, port, log)
+    server = _serve(url, port, log, receiver.url)
     out.print(
         f"Restarted [bold]lantern serve[/] (pid {server.pid}) with the same worker id:"
         " it takes its run back at once"
@@ -150,12 +150,17 @@ async def _healthy(api: AsyncClient, server: subprocess.Popen[bytes]) -> bool:
     return False
 
 
-def _serve(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _serve(url: str, port: int, log: Path, receiver: str) -> subprocess.Popen[bytes]:
+    # The receiver is on loopback, which tenant URLs may not reach unless the egress policy
+    # lists it: the demo lists exactly the receiver's address and port.
+    peer = receiver.split("://", 1)[1].split("/", 1)[0]
+    allowed = os.environ.get("LANTERN_EGRESS_ALLOW")
     env = {
         **os.environ,
         "LANTERN_DATABASE_URL": url,
         "LANTERN_WORKER_ID": WORKER_ID,
         "LANTERN_PORT": str(port),
+        "LANTERN_EGRESS_ALLOW": f"{allowed},{peer}" if allowed else peer,
     }
     lantern = Path(sys.executable).parent / "lantern"
     command = [str(lantern)] if lantern.exists() else [sys.executable, "-m", "lantern.cli"]

@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiosmtplib
 
+from lantern import config
 from lantern.effects.claims import Deliveries
 from lantern.errors import StepError
 
@@ -181,6 +182,7 @@ async def send(
     from_addrs = addresses(sender if sender not in (None, "") else DEFAULT_SENDER, "from")
     if len(from_addrs) != 1:
         raise _bad(f"data.from must be one address, not {sender!r}")
+    _check_policy(from_addrs[0], len({a.addr_spec for a in (*to_addrs, *cc_addrs)}))
     msg = build_message(
         to=to_addrs,
         cc=cc_addrs,
@@ -200,6 +202,24 @@ async def send(
         "email", dispatch, kind="email", target=", ".join(recipients)
     )
     return answer
+
+
+def _check_policy(sender: Address, recipients: int) -> None:
+    """The operator's relay sends for its tenants: only from the domains the operator names
+    (LANTERN_EMAIL_FROM_DOMAINS, when set) and to at most LANTERN_EMAIL_MAX_RECIPIENTS."""
+    limit = config.email_max_recipients()
+    if recipients > limit:
+        raise _bad(
+            f"the email has {recipients} recipients; the limit is {limit}"
+            " (LANTERN_EMAIL_MAX_RECIPIENTS)"
+        )
+    domains = config.email_from_domains()
+    domain = sender.domain.lower().rstrip(".")
+    if domains and domain not in domains:
+        raise _bad(
+            f"data.from {sender.addr_spec!r} is not of a sender domain the operator allows"
+            f" ({', '.join(sorted(domains))}; LANTERN_EMAIL_FROM_DOMAINS)"
+        )
 
 
 def _server(smtp_url: str | None) -> SmtpServer:

@@ -25,20 +25,29 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         raise NotFound(f"run {run_id} not found")
     if run.finished or not await store.request_cancel(run_id):
         raise Conflict(f"run {run_id} has already finished ({run.status})")
-    # Only a free or expired lease: a live holder, even in this process, cancels it itself.
-    lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
-    if lease is not None:
-        await _finish(store, lease, run)
-    for child in await store.children(run_id):
-        if not child.finished:
-            with suppress(Conflict):  # it finished meanwhile
-                await cancel_run(store, child.id, worker_id, ttl)
+    await _finish_if_free(store, run_id, worker_id, ttl)
+    # The runs its sub-agents started, and theirs: a worklist, not recursion, so a chain of
+    # any depth is cancelled without exhausting the stack.
+    pending = [run_id]
+    while pending:
+        for child in await store.children(pending.pop()):
+            if child.finished or not await store.request_cancel(child.id):
+                continue  # it finished meanwhile
+            await _finish_if_free(store, child.id, worker_id, ttl)
+            pending.append(child.id)
     found = await store.get_run(run_id)
     assert found is not None
     return found
 
 
-async def _finish(store: Store, lease: Lease, run: Run) -> None:
+async def _finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
+    # Only a free or expired lease: a live holder, even in this process, cancels it itself.
+    lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
+    if lease is not None:
+        await _finish(store, lease)
+
+
+async def _finish(store: Store, lease: Lease) -> None:
     """Journal the cancellation under ``lease``; whatever happens, the lease is not left held
     (the commit that finishes the run releases it; anything else gives it back here)."""
     try:
@@ -47,8 +56,12 @@ async def _finish(store: Store, lease: Lease, run: Run) -> None:
             w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
             event = w.event(ev.RUN_CANCELLED, {"by": "request"})
             await store.append(Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED)))
-            logs.run_events(run.id, run.agent_name, run.agent_version, lease.worker_id, (event,))
             count_committed((event,))
+            run = await store.get_run(lease.run_id)
+            if run is not None:  # the run's log line, as a drive's commit writes it
+                logs.run_events(
+                    run.id, run.agent_name, run.agent_version, lease.worker_id, (event,)
+                )
             return
     except BaseException:
         with suppress(Exception):  # the first failure is the one to report

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from lantern import limits
 from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import events as ev
@@ -104,6 +105,10 @@ class DriveHost(Protocol):
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
         """Recent usage of the agent's steps and whole runs (anomaly baselines)."""
+        ...
+
+    async def secret_values(self, workspace: str) -> dict[str, str]:
+        """The workspace's secrets, opened, for a step that dispatches now (CONTRACT §12)."""
         ...
 
 
@@ -331,8 +336,10 @@ class Drive(ABC):
         replay reads it back; a StepError when the journal cannot store it (canonical JSON,
         the hash chain, refuses what JSON cannot carry exactly, such as integers past 2^53)."""
         try:
-            body = dumps(value)
-            problem = text_problem(body)
+            # Deeper values would recurse through every later dump, copy and render.
+            deep = limits.depth_exceeds(value)
+            body = "" if deep else dumps(value)
+            problem = limits.too_deep_problem() if deep else text_problem(body)
             if problem is None:
                 output = json.loads(body)
                 event = self.writer.completed(step, attempt, output, body, usage=usage(output))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from lantern import limits
 from lantern.engine import anomalies, when
 from lantern.errors import DefinitionError, UsageError
 from lantern.models import registry
@@ -71,14 +72,17 @@ class Graph:
                     ready.append(s)
         return tuple(found)
 
-    @functools.cached_property
-    def upstream(self) -> Mapping[str, frozenset[str]]:
-        """Every node's ancestors, computed once per graph."""
-        found: dict[str, frozenset[str]] = {}
-        for n in self.order:
-            preds = self.predecessors[n]
-            found[n] = frozenset(preds).union(*(found[p] for p in preds))
-        return MappingProxyType(found)
+    def ancestors(self, node: str) -> frozenset[str]:
+        """Every node upstream of ``node``: a walk over predecessors, linear in the graph.
+        (A table of every node's ancestors would be quadratic: 346 MB for a 4,000-node chain.)"""
+        seen: set[str] = set()
+        stack = list(self.predecessors[node])
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(self.predecessors[n])
+        return frozenset(seen)
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,12 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
     if not isinstance(raw_edges, list):
         problems.append("graph.edges must be a list")
         return None
+    if len(raw_nodes) > limits.MAX_NODES or len(raw_edges) > limits.MAX_EDGES:
+        problems.append(
+            f"the graph has {len(raw_nodes)} nodes and {len(raw_edges)} edges; the limits are "
+            f"{limits.MAX_NODES} nodes and {limits.MAX_EDGES} edges"
+        )
+        return None
 
     nodes: dict[str, Node] = {}
     for index, raw in enumerate(raw_nodes):
@@ -328,7 +338,7 @@ def _check_references(graph: Graph, problems: list[str]) -> None:
     ancestors. Anything else is not journaled before it runs, so a re-drive could see
     something else: refused when the definition is applied, naming the node or edge."""
     for (source, target), text in graph.whens.items():
-        readable = graph.upstream[source] | {source}
+        readable = graph.ancestors(source) | {source}
         for step in sorted(when.steps_named(text) - readable):
             problems.append(
                 f"edge ({source} -> {target}): 'when' reads steps.{step}, which is not"
@@ -336,8 +346,10 @@ def _check_references(graph: Graph, problems: list[str]) -> None:
                 + ("" if step in graph.nodes else f" (there is no node {step!r})")
             )
     for node in graph.nodes.values():
-        readable = graph.upstream[node.id]
         named = set().union(*(when.steps_named(t) for t in when.strings(dict(node.data))))
+        if not named:
+            continue  # most nodes: no walk over their ancestors at all
+        readable = graph.ancestors(node.id)
         for step in sorted(named - readable):
             why = (
                 f"there is no node {step!r}"
@@ -542,20 +554,44 @@ def _reachable(start: str, succ: Mapping[str, list[str]]) -> set[str]:
 
 
 def _cycle_members(succ: Mapping[str, list[str]]) -> list[str]:
-    """Nodes on a cycle, in definition order.
-
-    Kahn's algorithm leaves over the nodes on or downstream of a cycle; of those, the ones on
-    a cycle are the ones that can reach themselves.
-    """
-    indegree = {n: 0 for n in succ}
-    for targets in succ.values():
-        for t in targets:
-            indegree[t] += 1
-    queue = deque(n for n, d in indegree.items() if d == 0)
-    while queue:
-        for t in succ[queue.popleft()]:
-            indegree[t] -= 1
-            if indegree[t] == 0:
-                queue.append(t)
-    leftover = [n for n, d in indegree.items() if d > 0]
-    return [n for n in leftover if any(n in _reachable(s, succ) for s in succ[n])]
+    """Nodes on a cycle, in definition order: the members of strongly connected components
+    of more than one node, or with an edge to themselves (Tarjan's algorithm, iterative, so
+    linear in nodes and edges and never deeper than the stack allows)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cyclic: set[str] = set()
+    for root in succ:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            targets = succ[node]
+            if i < len(targets):
+                work.append((node, i + 1))
+                t = targets[i]
+                if t not in index:
+                    work.append((t, 0))
+                elif t in on_stack:
+                    low[node] = min(low[node], index[t])
+                continue
+            if work:  # back in the caller: carry the low link up
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in succ[node]:
+                    cyclic.update(component)
+    return [n for n in succ if n in cyclic]

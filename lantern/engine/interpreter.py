@@ -69,7 +69,7 @@ def taken(graph: Graph, source: str, target: str, completed: Mapping[str, Any], 
     expression = graph.whens.get((source, target))
     if expression is None:
         return True
-    visible = graph.upstream[source] | {source}
+    visible = graph.ancestors(source) | {source}
     scope = {
         "input": input,
         "steps": {s: {"output": o} for s, o in completed.items() if s in visible},
@@ -99,7 +99,7 @@ def ancestors(graph: Graph, node: str) -> frozenset[str]:
     Limiting templates to ancestors keeps a step's inputs the same in every re-drive, whatever
     order parallel branches happened to finish in.
     """
-    return graph.upstream[node]
+    return graph.ancestors(node)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,13 @@ def _redone(graph: Graph, from_step: str | None) -> frozenset[str]:
         raise UsageError(
             f"fromStep {from_step!r} is the trigger: to run every step again, start a new run"
         )
-    return frozenset({from_step}) | {n for n in graph.nodes if from_step in graph.upstream[n]}
+    found, todo = {from_step}, [from_step]
+    while todo:  # everything downstream, by a walk over successors
+        for nxt in graph.successors[todo.pop()]:
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return frozenset(found)
 
 
 def opening(

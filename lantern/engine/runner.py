@@ -30,6 +30,7 @@ from lantern.errors import NotFound
 from lantern.models import registry
 from lantern.models.registry import Models
 from lantern.observability import tracing
+from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.records import Lease, Run
 
@@ -52,9 +53,11 @@ class Runner:
         models: Models | None = None,
         step_timeout: float | None = None,
         live: LiveText | None = None,
+        vault: Callable[[], Vault] | None = None,
     ) -> None:
         self.store = store
         self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
+        self._vault = vault  # made on first use: most runs never open a secret
         self.live = live or LiveText()  # model steps' text as it is generated (not journaled)
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
@@ -68,6 +71,12 @@ class Runner:
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
         self.retry_rates = RetryRates()
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
+
+    async def secret_values(self, workspace: str) -> dict[str, str]:
+        """The workspace's secrets, opened, for a step that dispatches now."""
+        if self._vault is None:
+            return {}
+        return await self._vault().values(workspace)
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
         """Recent usage of the agent's steps, read at most once a minute per agent."""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern import config, limits
 from lantern.engine.graph import parse_agent
 from lantern.engine.validate import Knows, tool_problems
-from lantern.errors import Conflict, DefinitionError, UsageError
+from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
-from lantern.store.codec import value_problem
+from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
@@ -27,18 +29,41 @@ async def apply_agent(
 ) -> AgentVersion:
     """Validate (raising DefinitionError with every problem) and store a new version.
 
-    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks."""
+    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks.
+
+    Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
+    template parsed): it runs on a thread, so the event loop every tenant shares keeps
+    answering meanwhile."""
+    graph = await asyncio.to_thread(_validated, definition, knows_tool)
+    return await store.put_agent(workspace, graph.name, definition)
+
+
+def _validated(definition: Any, knows_tool: Knows | None = None) -> Any:
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph
+    whose tools the app has; a graph past the node limit is refused before anything walks it.
+    Every problem of the definition is reported together."""
+    graph = definition.get("graph") if isinstance(definition, dict) else None
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    if isinstance(nodes, list) and len(nodes) > limits.MAX_NODES:
+        raise DefinitionError(
+            [f"the graph has {len(nodes)} nodes; the limits are {limits.MAX_NODES} nodes"]
+        )
     problem = value_problem(definition)
     if problem is not None:
         raise DefinitionError([f"the definition cannot be stored: {problem}"])
+    size = len(dumps(definition).encode())
+    if size > limits.MAX_DEFINITION_BYTES:
+        raise TooLarge(
+            f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
+        )
     missing = [] if knows_tool is None else tool_problems(definition, knows_tool)
     try:
-        graph = parse_agent(definition)
+        parsed = parse_agent(definition)
     except DefinitionError as exc:
         raise DefinitionError([*exc.problems, *missing]) from None
     if missing:
         raise DefinitionError(missing)
-    return await store.put_agent(workspace, graph.name, definition)
+    return parsed
 
 
 async def create_run(
@@ -60,6 +85,16 @@ async def create_run(
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
     digest = _request_digest(agent_name, input)
+    if idempotency_key is not None:
+        found = await store.run_for_key(workspace, idempotency_key)
+        if found is not None:
+            return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    quota = config.max_queued_runs()
+    if await store.queued_count(workspace, quota) >= quota:
+        raise UsageError(
+            f"workspace {workspace!r} has {quota} runs queued, the limit "
+            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
+        )
     now = datetime.now(UTC)
     run = Run(
         id=run_id or new_run_id(),

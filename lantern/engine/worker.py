@@ -12,13 +12,15 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
-import httpx
-
+from lantern import config
 from lantern.app import App
+from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
+from lantern.secrets import box
+from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.records import Lease
 
@@ -41,9 +43,14 @@ class Worker:
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         step_timeout: float | None = None,
+        egress: EgressPolicy | None = None,
+        vault: Vault | None = None,
     ) -> None:
         self.store = store
         self.step_timeout = step_timeout
+        # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
+        self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
+        self._vault = vault
         self.issue_receipt = issue_receipt
         self.worker_id = worker_id
         self.max_concurrent = max_concurrent
@@ -68,7 +75,7 @@ class Worker:
         )
 
     async def __aenter__(self) -> Worker:
-        http = await self._stack.enter_async_context(httpx.AsyncClient())
+        http = await self._stack.enter_async_context(client(self.egress))
         self.runner = Runner(
             self.store,
             self._app,
@@ -80,9 +87,18 @@ class Worker:
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
             step_timeout=self.step_timeout,
+            vault=self.vault,
             live=self.live,
         )
         return self
+
+    def vault(self) -> Vault:
+        """The vault given, else one over this store with the key the environment names
+        (LANTERN_SECRETS_KEY or the data dir's key file), made when a step first needs it."""
+        if self._vault is None:
+            s = config.Settings.from_env()
+            self._vault = Vault(self.store, box.load(s.secrets_key, s.data_path))
+        return self._vault
 
     async def __aexit__(self, *exc: object) -> None:
         await self.keeper.close()

@@ -104,8 +104,13 @@ class Gate:
 
     async def check(self, model: str, request: ModelRequest) -> None:
         guess = estimate(request)
-        guess_usd = (pricing.price(model) or pricing.FREE).cost(guess)
+        try:
+            known = pricing.price(model)
+        except UsageError as exc:
+            raise StepError(str(exc), error_class="llm") from exc
+        guess_usd = (known or pricing.FREE).cost(guess)
         if self.run_budget is not None:
+            _unpriced("run", self.run_budget, model, known)
             _check("run", self.run_budget, self.run_spent(), model, guess, guess_usd)
         try:
             limits = self.workspace_budgets() if self.workspace_budgets is not None else {}
@@ -113,6 +118,7 @@ class Gate:
             raise StepError(str(exc), error_class="llm") from exc
         budget = limits.get(self.workspace)
         if budget is not None and self.workspace_spent is not None:
+            _unpriced(f"workspace {self.workspace!r}", budget, model, known)
             spent = await self.workspace_spent(self.workspace, month_start())
             _check(
                 f"workspace {self.workspace!r} (this month)",
@@ -122,6 +128,16 @@ class Gate:
                 guess,
                 guess_usd,
             )
+
+
+def _unpriced(scope: str, budget: Budget, model: str, known: pricing.Price | None) -> None:
+    """A dollar budget cannot be kept with a model of unknown price: say so, never pass."""
+    if budget.max_usd is not None and known is None:
+        raise BudgetExceeded(
+            f"budget cannot be checked: the {scope} has a maxUsd budget and model {model!r}"
+            " has no known price; add it with LANTERN_MODEL_PRICES or assume one with"
+            " LANTERN_UNKNOWN_MODEL_PRICE; the call was not made"
+        )
 
 
 def _check(

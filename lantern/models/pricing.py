@@ -74,7 +74,25 @@ def price(model: str) -> Price | None:
     for name in sorted(prices, key=len, reverse=True):
         if bare.startswith(name + "-"):
             return prices[name]
-    return None
+    return unknown_price()
+
+
+def unknown_price() -> Price | None:
+    """``LANTERN_UNKNOWN_MODEL_PRICE=IN,OUT`` (USD per million tokens): what a model the table
+    does not know is assumed to cost. Unset: unknown, and a ``maxUsd`` budget refuses the call
+    rather than count it as free."""
+    raw = os.environ.get("LANTERN_UNKNOWN_MODEL_PRICE", "").strip()
+    if not raw:
+        return None
+    try:
+        given, taken = (float(x) for x in raw.split(","))
+    except ValueError:
+        raise UsageError(
+            f"LANTERN_UNKNOWN_MODEL_PRICE={raw!r} must be INPUT,OUTPUT in USD per million tokens"
+        ) from None
+    if not (given >= 0 and taken >= 0):
+        raise UsageError(f"LANTERN_UNKNOWN_MODEL_PRICE={raw!r} cannot be negative")
+    return Price(given, taken)
 
 
 @functools.cache

@@ -45,6 +45,9 @@ class StepContext:
     gate: Gate | None = None
     # Start (or find, on a re-run) this step attempt's child run: (agent name, input) -> run id
     start_child: Callable[[str, Any], Awaitable[str]] | None = None
+    # The workspace's secrets, opened (name -> value), for nodes/secrets.py alone: templates
+    # see them only while the step runs, and never through ``scope``.
+    secrets: Callable[[], Awaitable[dict[str, str]]] | None = None
     # Where a model step sends its answer's pieces as they are generated (live text).
     on_text: Callable[[str], None] | None = None
 
@@ -52,6 +55,12 @@ class StepContext:
         """The node's ``data[field]`` with its templates rendered."""
         return templates.render(
             self.node.data.get(field, default), dict(self.scope), where=f"{self.node.id}.{field}"
+        )
+
+    def render_url(self, field: str) -> Any:
+        """``data[field]`` as a URL template: interpolated values percent-encoded."""
+        return templates.render_url(
+            self.node.data.get(field), dict(self.scope), where=f"{self.node.id}.{field}"
         )
 
     def tool_context(self) -> ToolContext:

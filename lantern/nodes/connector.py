@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from lantern import config
 from lantern.effects import email, http
+from lantern.nodes import templates
 from lantern.nodes.base import StepContext
 
 
@@ -14,7 +15,7 @@ async def execute(ctx: StepContext) -> Any:
     if ctx.node.data.get("connector") == "email":
         return await _email(ctx)
     method = str(ctx.node.data.get("method", "POST")).upper()
-    url = ctx.render("url")
+    url = ctx.render_url("url")
     headers = ctx.render("headers", {})
     body = ctx.render("body")
     secrets = await ctx.signing_secrets()
@@ -29,6 +30,7 @@ async def execute(ctx: StepContext) -> Any:
             idempotency_key=ctx.idempotency_key,
             timeout_s=float(ctx.node.data.get("timeoutMs", 30_000)) / 1000,
             signing_secrets=secrets,
+            follow_redirects=bool(ctx.node.data.get("followRedirects", False)),
         )
 
     # Claimed and recorded like every delivery (GET /v1/runs/{id}/deliveries): a request the
@@ -60,7 +62,7 @@ async def _email(ctx: StepContext) -> Any:
         sender=ctx.render("from"),
         subject=ctx.render("subject", ""),
         text=_body(ctx, "text" if "text" in data else "body"),
-        html=_body(ctx, "html"),
+        html=_html(ctx),
         idempotency_key=ctx.idempotency_key,
         timeout_s=float(data.get("timeoutMs", 60_000)) / 1000,
     )
@@ -71,4 +73,15 @@ def _body(ctx: StepContext, field: str) -> Any:
     if field not in ctx.node.data:
         return None
     value = ctx.render(field)
+    return "" if value is None else value
+
+
+def _html(ctx: StepContext) -> Any:
+    """The HTML part: values interpolated into it are HTML-escaped (``|safe`` keeps one as
+    is), so input cannot add markup, links or scripts to a message the operator's relay sends."""
+    if "html" not in ctx.node.data:
+        return None
+    value = templates.render_html(
+        ctx.node.data["html"], dict(ctx.scope), where=f"{ctx.node.id}.html"
+    )
     return "" if value is None else value

@@ -7,17 +7,21 @@ a tool that changes its arguments never changes the input or the outputs later s
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import re
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+import markupsafe
 
 from lantern.errors import TemplateError
+from lantern.sandbox import LimitedEnvironment, budgeted, render_bounded
 
-_ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+# The sandbox with a bounded cost: output size, steps, big powers (lantern/sandbox.py).
+_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
 # One ``{{ expression }}`` alone, whitespace-control markers (``{{-``, ``{{+``, ``-}}``) aside.
 _SINGLE = re.compile(r"^\s*\{\{[-+]?(?P<expr>(?:(?!\{\{|\}\}).)*?)-?\}\}\s*$", re.S)
 
@@ -35,17 +39,93 @@ def render(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     return value
 
 
+def render_html(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
+    """An HTML template: every interpolated value is HTML-escaped unless marked ``|safe``."""
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return value
+    try:
+        return render_bounded(_html_template(value), context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+
+
+_HTML_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _html_template(source: str) -> jinja2.Template:
+    return _HTML_ENV.from_string(source)
+
+
+def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
+    """A URL template: a value interpolated into it is percent-encoded (``/``, ``?``, ``#``
+    and ``@`` too), so input cannot change the host, the path's shape or the query. A value
+    that begins the URL (``{{ input.base }}/hook``) is the base URL itself and is kept as is,
+    as is a value marked ``|safe``; where either points is the egress policy's to check."""
+    if not isinstance(value, str) or _SINGLE.match(value) is not None:
+        return render(value, context, where=where)
+    if "{{" not in value and "{%" not in value:
+        return value
+    if "\x00" in value:
+        raise TemplateError(f"template error{_place(where)}: a NUL character in a URL")
+    values: list[Any] = []
+    token = _URL_VALUES.set(values)
+    try:
+        marked = render_bounded(_url_template(value), context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _URL_VALUES.reset(token)
+
+    def substitute(match: re.Match[str]) -> str:
+        item = values[int(match.group(1))]
+        if match.start() == 0 or isinstance(item, markupsafe.Markup):
+            return str(item)
+        return quote(str(item), safe="")
+
+    return _MARK.sub(substitute, marked)
+
+
+# Each value a URL template prints becomes a mark; render_url then decides, by where the
+# mark landed, whether to percent-encode it. The list is per render (a context variable).
+_URL_VALUES: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "lantern_url_values", default=None
+)
+_MARK = re.compile("\x00(\\d+)\x00")
+
+
+def _mark(value: Any) -> Any:
+    values = _URL_VALUES.get()
+    if values is None:
+        return value
+    values.append(value)
+    return f"\x00{len(values) - 1}\x00"
+
+
+_URL_ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, finalize=_mark)
+
+
+@functools.lru_cache(maxsize=1024)
+def _url_template(source: str) -> jinja2.Template:
+    return _URL_ENV.from_string(source)
+
+
 def _render_string(text: str, context: dict[str, Any], where: str) -> Any:
     if "{{" not in text and "{%" not in text:
         return text
     try:
         single = _SINGLE.match(text)
         if single is not None:
-            result = _expression(single.group("expr"))(**context)
+            expression = _expression(single.group("expr"))
+            result = budgeted(lambda: expression(**context))
             if isinstance(result, jinja2.Undefined):
                 str(result)  # StrictUndefined raises here, naming what is missing
             return copy.deepcopy(result)
-        return _template(text).render(**context)
+        return render_bounded(_template(text), context)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template error{_place(where)}: {exc}") from exc
     except Exception as exc:  # the expression itself failed: 1 / 0, 1 + "a", a range too big

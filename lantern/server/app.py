@@ -17,14 +17,28 @@ from starlette.types import ASGIApp
 from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
+from lantern.effects.egress import EgressPolicy
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
+from lantern.secrets import box
+from lantern.secrets.vault import Vault
 from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.routes import agents, health, operate, receipts, runs, stream, ui, workers
+from lantern.server.ratelimit import Limiter
+from lantern.server.routes import (
+    agents,
+    health,
+    operate,
+    receipts,
+    runs,
+    secrets,
+    stream,
+    ui,
+    workers,
+)
 from lantern.store.base import open_store
 
 
@@ -35,6 +49,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
+        vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(
             store,
             tools,
@@ -45,9 +60,13 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
             step_timeout=settings.step_timeout,
+            egress=EgressPolicy.parse(settings.egress_allow),
+            vault=vault,
         )
         async with worker:
-            api.state.services = Services(store, worker, settings, issuer, tools)
+            api.state.services = Services(
+                store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
+            )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             try:
                 yield
@@ -64,8 +83,8 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, stream, agents, workers, health, receipts, ui, operate):
+    for module in (runs, stream, agents, secrets, workers, health, receipts, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]
-    return Guard(api, settings.max_body_bytes)
+    return Guard(api, settings.max_body_bytes, settings.body_timeout)

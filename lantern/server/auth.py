@@ -17,7 +17,16 @@ from lantern.store.base import Store
 from lantern.store.records import ApiKey
 
 SCOPES = frozenset(
-    {"runs:execute", "runs:read", "runs:approve", "agents:write", "agents:read", "admin"}
+    {
+        "runs:execute",
+        "runs:read",
+        "runs:approve",
+        "agents:write",
+        "agents:read",
+        "secrets:write",
+        "secrets:read",
+        "admin",
+    }
 )
 PREFIX = "lk_"
 

@@ -12,7 +12,9 @@ from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.errors import Forbidden, NotFound
 from lantern.receipts.issue import Issuer
+from lantern.secrets.vault import Vault
 from lantern.server import auth
+from lantern.server.ratelimit import Limiter
 from lantern.store.base import Store
 from lantern.store.records import ApiKey, Run
 
@@ -23,6 +25,8 @@ class Services:
     worker: Worker
     settings: Settings
     issuer: Issuer
+    vault: Vault
+    limiter: Limiter
     app: App | None = None  # the user's app (--app), when the server loaded one
 
     def knows_tool(self) -> Callable[[str], bool] | None:
@@ -42,7 +46,9 @@ def scope(name: str) -> Callable[[Request], Awaitable[ApiKey]]:
     """A dependency: the request's API key, which must carry ``name`` (or admin)."""
 
     async def check(request: Request) -> ApiKey:
-        key = await auth.authenticate(services(request).store, request.headers.get("authorization"))
+        s = services(request)
+        key = await auth.authenticate(s.store, request.headers.get("authorization"))
+        s.limiter.take(key.id)
         auth.require(key, name)
         return key
 

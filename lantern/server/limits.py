@@ -4,11 +4,13 @@ not JSON, NUL characters), and a last catch so an unexpected error never drops a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lantern import limits
 from lantern.server.problems import problem
 
 log = logging.getLogger("lantern.server")
@@ -19,9 +21,10 @@ class _TooLarge(BaseException):  # not Exception: the framework must not turn it
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -31,6 +34,24 @@ class Guard:
         if refusal is not None:
             await problem(*refusal)(scope, receive, send)
             return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            # The body whole, before a route parses it: JSON nested past the depth limit is
+            # refused here, at every route's parse, rather than recursing through the app.
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    body, disconnected = await self._read(receive)
+            except _TooLarge:
+                await problem(413, self._too_large)(scope, receive, send)
+                return
+            except TimeoutError:  # a client trickling its body (slowloris) holds nothing long
+                detail = f"the request body did not arrive within {self.body_timeout:g} s"
+                await problem(408, detail)(scope, receive, send)
+                return
+            if limits.json_too_deep(body):
+                detail = f"the request body nests deeper than the limit of {limits.MAX_JSON_DEPTH}"
+                await problem(422, detail)(scope, receive, send)
+                return
+            receive = _replay(body, disconnected, receive)
         seen = 0
         started = False
 
@@ -62,6 +83,21 @@ class Guard:
                     scope, receive, send
                 )
 
+    async def _read(self, receive: Receive) -> tuple[bytes, bool]:
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b"".join(chunks), True
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks), False
+
     @property
     def _too_large(self) -> str:
         return f"the request body is larger than {self.max_bytes} bytes"
@@ -84,3 +120,19 @@ class Guard:
         if has_body and scope["method"] in ("POST", "PUT", "PATCH") and not is_json:
             return 400, "the request body must be application/json"
         return None
+
+
+def _replay(body: bytes, disconnected: bool, receive: Receive) -> Receive:
+    """A receive that gives the body already read, then whatever the client sends next."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            if disconnected:
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

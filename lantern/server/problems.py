@@ -18,15 +18,18 @@ from lantern.errors import (
     Forbidden,
     LanternError,
     NotFound,
+    TooLarge,
     Unauthorized,
     UsageError,
 )
+from lantern.server.ratelimit import RateLimited
 
 log = logging.getLogger("lantern.server")
 
 MEDIA_TYPE = "application/problem+json"
 _STATUS: list[tuple[type[LanternError], int]] = [
     (DefinitionError, 422),
+    (TooLarge, 413),
     (UsageError, 422),
     (Unauthorized, 401),
     (Forbidden, 403),
@@ -54,6 +57,10 @@ def problem(status: int, detail: str, **extra: Any) -> ProblemResponse:
 
 def _lantern_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LanternError)
+    if isinstance(exc, RateLimited):
+        limited = problem(429, str(exc))
+        limited.headers["Retry-After"] = str(exc.retry_after)
+        return limited
     for kind, status in _STATUS:
         if isinstance(exc, kind):
             if isinstance(exc, DefinitionError):

@@ -100,6 +100,20 @@ class AgentOut(BaseModel):
     createdAt: str
 
 
+class SecretIn(Body):
+    value: Any  # checked by the vault, so no validation message ever quotes it
+
+
+class SecretOut(BaseModel):
+    name: str
+    createdAt: str
+    updatedAt: str
+
+
+class SecretPage(BaseModel):
+    items: list[SecretOut]
+
+
 class AgentPage(BaseModel):
     items: list[AgentOut]
     nextCursor: str | None

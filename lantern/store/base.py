@@ -24,6 +24,8 @@ from lantern.store.records import (
     RunStatus,
     RunUpdate,
     RunUsage,
+    SealedSecret,
+    SecretInfo,
     SigningKey,
     StoredReceipt,
     WorkerInfo,
@@ -174,6 +176,13 @@ class RunStore(Protocol):
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's sub-agent steps started."""
 
+    async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` belong to ``workspace``."""
+
+    # per-workspace limits (CONTRACT §12)
+    async def queued_count(self, workspace: str, at_most: int) -> int:
+        """How many of the workspace's runs are queued, counting no further than ``at_most``."""
+
     async def recent_step_usage(
         self, workspace: str, agent_name: str, runs: int = 50
     ) -> list[tuple[str, str, dict[str, Any]]]:
@@ -236,7 +245,24 @@ class SigningStore(Protocol):
         events, in one transaction (so it is never seen without them)."""
 
 
-class Store(JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, Protocol):
+class SecretStore(Protocol):
+    """A workspace's secrets (CONTRACT §12), sealed by lantern.secrets before they get here:
+    the store holds ciphertext and never sees a value."""
+
+    async def put_secret(self, workspace: str, name: str, key_id: str, sealed: bytes) -> SecretInfo:
+        """Create or replace the workspace's secret ``name``."""
+
+    async def list_secrets(self, workspace: str) -> list[SecretInfo]:
+        """The workspace's secrets by name: names and times only."""
+
+    async def delete_secret(self, workspace: str, name: str) -> bool:
+        """Delete one; False when the workspace has no such secret."""
+
+    async def sealed_secrets(self, workspace: str) -> list[SealedSecret]:
+        """The workspace's secrets as stored, for the executor to open."""
+
+
+class Store(JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, Protocol):
     """What the engine needs from a database, in the domain's words: the role Protocols above,
     which a part of the code may ask for alone (a drive needs a journal and leases).
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import rfc8785
 
+from lantern import limits
+
 # A \u0000 escape preceded by an even number of backslashes (an odd number escapes it).
 _NUL = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 
@@ -38,6 +40,8 @@ def text_problem(text: str) -> str | None:
 
 def value_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored as JSON by every backend and hash-chained, or None."""
+    if limits.depth_exceeds(value):
+        return limits.too_deep_problem()
     try:
         text = dumps(value)
     except ValueError:

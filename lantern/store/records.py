@@ -218,6 +218,24 @@ class SigningKey:
 
 
 @dataclass(frozen=True)
+class SecretInfo:
+    """A workspace secret as anyone may see it: its name and times, never its value."""
+
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class SealedSecret:
+    """A secret as stored: ciphertext and the id of the key that sealed it."""
+
+    name: str
+    key_id: str
+    sealed: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
 class StoredReceipt:
     """A run's signed receipt. ``body`` is the receipt's canonical JSON, the signed bytes."""
 

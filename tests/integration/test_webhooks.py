@@ -32,7 +32,7 @@ from lantern.store import Store, open_store
 from lantern.store.records import Run
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
-SIGNATURE = re.compile(r"t=(\d+)(?:,v1=[0-9a-f]{64})+")
+SIGNATURE = re.compile(r"t=(\d+)(?:,v1=[0-9a-f]{64})+(?:,v2=[0-9a-f]{64})*")
 SECRET_SHAPE = re.compile(r"lwh_[A-Za-z0-9_-]{43}")
 
 Verify = Callable[..., bool]

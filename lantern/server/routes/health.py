@@ -1,4 +1,4 @@
-"""Liveness and Prometheus metrics; neither needs a key."""
+"""Liveness and Prometheus metrics; neither needs a key unless LANTERN_METRICS=admin."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lantern.errors import Forbidden
 from lantern.observability import metrics as observed
+from lantern.server import auth
 from lantern.server.deps import services
 from lantern.server.problems import problem
 
@@ -29,6 +31,15 @@ async def healthz(request: Request) -> Any:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> Response:
+    s = services(request)
+    if not s.settings.metrics_public:
+        # LANTERN_METRICS=admin: an admin key of the operator's workspace (or, with none
+        # named, any admin key) reads them.
+        key = await auth.authenticate(s.store, request.headers.get("authorization"))
+        auth.require(key, "admin")
+        operator = s.settings.operator_workspace
+        if operator is not None and key.workspace != operator:
+            raise Forbidden("/metrics is the operator's: use an admin key of its workspace")
     try:
         g = await services(request).store.gauges()
     except Exception:  # the database away: the process's own counters still answer

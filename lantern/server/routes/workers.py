@@ -1,7 +1,9 @@
-"""/v1/workers: the replicas, their heartbeats and the runs they hold (admin only)."""
+"""/v1/workers: the replicas, their heartbeats and the runs they hold (admin only). An admin
+key sees its own workspace's runs; one of LANTERN_OPERATOR_WORKSPACE sees every run."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -33,4 +35,10 @@ async def list_workers(
     s = services(request)
     # A replica heartbeats at least every TTL/3 (and every 5 s); three misses mean it is gone.
     stale = timedelta(seconds=3 * min(s.settings.lease_ttl / 3, 5.0) + 1)
-    return {"items": [worker_json(w, stale) for w in await s.store.list_workers()]}
+    found = await s.store.list_workers()
+    if key.workspace != s.settings.operator_workspace:
+        # A workspace's admin sees the replicas, and only its own workspace's runs on them.
+        held = [r for w in found for r in w.runs]
+        mine = await s.store.runs_in_workspace(key.workspace, held) if held else set()
+        found = [dataclasses.replace(w, runs=tuple(r for r in w.runs if r in mine)) for w in found]
+    return {"items": [worker_json(w, stale) for w in found]}

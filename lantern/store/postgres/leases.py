@@ -22,12 +22,22 @@ WITH expired AS (
     WHERE l.expires_at > 'epoch' AND l.expires_at <= now() AND r.status IN ({statuses})
     ORDER BY l.expires_at LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
+), fair AS (
+    -- Fair across workspaces: the oldest queued run of each workspace in turn, starting with
+    -- the workspace served least recently, so one tenant's backlog cannot starve the others.
+    -- (A window cannot be locked, so the runs it picks are locked below.)
+    SELECT id FROM (
+        SELECT r.id, r.created_at,
+               row_number() OVER (PARTITION BY r.workspace ORDER BY r.created_at) AS turn,
+               COALESCE(c.claimed_at, 'epoch') AS served
+        FROM runs r LEFT JOIN workspace_claims c ON c.workspace = r.workspace
+        WHERE r.status = 'queued' AND %(queued)s
+          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+    ) q ORDER BY turn, served, created_at LIMIT %(limit)s
 ), unleased AS (
     SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
     FROM runs r
-    WHERE r.status = 'queued' AND %(queued)s
-      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
-    ORDER BY r.created_at LIMIT %(limit)s
+    WHERE r.id IN (SELECT id FROM fair) AND r.status = 'queued'
     FOR NO KEY UPDATE OF r SKIP LOCKED
 ), woken AS (
     -- Parked runs that are due: woken by a decision, a finished child or a timeout.
@@ -47,6 +57,10 @@ WITH expired AS (
         expires_at = excluded.expires_at, epoch = run_locks.epoch + 1
     WHERE run_locks.expires_at <= now()
     RETURNING run_id, epoch
+), served AS (
+    INSERT INTO workspace_claims (workspace, claimed_at)
+    SELECT DISTINCT r.workspace, now() FROM unleased u JOIN runs r ON r.id = u.id
+    ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at
 )
 SELECT f.id, s.epoch, f.previous_worker, f.expired_at
 FROM found f LEFT JOIN stolen s ON s.run_id = f.id

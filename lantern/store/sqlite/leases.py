@@ -55,10 +55,22 @@ class Leases(SQLiteConnection):
             f" WHERE l.expires_at > 0 AND l.expires_at <= ? AND r.status IN ({marks})"
             " ORDER BY l.expires_at LIMIT ?"
         )
+        # Fair across workspaces: the oldest queued run of each workspace in turn, starting
+        # with the workspace served least recently, so one tenant's backlog cannot starve
+        # the others.
         unleased = (
-            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'queued'"
-            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
-            " ORDER BY r.created_at LIMIT ?"
+            "SELECT id, NULL, NULL FROM (SELECT r.id, r.created_at, ROW_NUMBER() OVER"
+            " (PARTITION BY r.workspace ORDER BY r.created_at) AS turn,"
+            " COALESCE(c.claimed_at, 0) AS served FROM runs r"
+            " LEFT JOIN workspace_claims c ON c.workspace = r.workspace"
+            " WHERE r.status = 'queued'"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
+            " ORDER BY turn, served, created_at LIMIT ?"
+        )
+        served = (
+            "INSERT INTO workspace_claims (workspace, claimed_at)"
+            " SELECT DISTINCT workspace, ? FROM runs WHERE id = ?"
+            " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at"
         )
         # Parked runs that are due: woken by a decision, a finished child or a timeout.
         woken = (
@@ -71,7 +83,10 @@ class Leases(SQLiteConnection):
             now = time.time()
             found = conn.execute(expired, (now, *statuses, limit)).fetchall()
             if "queued" in statuses and len(found) < limit:
-                found += conn.execute(unleased, (limit - len(found),)).fetchall()
+                queued = conn.execute(unleased, (limit - len(found),)).fetchall()
+                for row in queued:
+                    conn.execute(served, (now, row[0]))
+                found += queued
             if "queued" in statuses and len(found) < limit:
                 found += conn.execute(woken, (now, now, limit - len(found))).fetchall()
             return [

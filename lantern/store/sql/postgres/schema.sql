@@ -153,3 +153,20 @@ $$;
 CREATE TRIGGER journal_events_usage AFTER INSERT ON journal_events FOR EACH ROW
     WHEN (NEW.kind = 'step_completed' AND NEW.data ? 'usage')
     EXECUTE FUNCTION lantern_add_run_usage();
+
+CREATE TABLE secrets (
+    workspace   text NOT NULL,
+    name        text NOT NULL,
+    key_id      text NOT NULL,
+    sealed      bytea NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace, name)
+);
+
+CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';
+
+CREATE TABLE workspace_claims (
+    workspace   text PRIMARY KEY,
+    claimed_at  timestamptz NOT NULL
+);

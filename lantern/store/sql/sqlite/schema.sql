@@ -146,3 +146,20 @@ BEGIN
         model_calls = model_calls + COALESCE(json_extract(NEW.data, '$.usage.modelCalls'), 0)
     WHERE id = NEW.run_id;
 END;
+
+CREATE TABLE secrets (
+    workspace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    key_id      TEXT NOT NULL,
+    sealed      BLOB NOT NULL,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (workspace, name)
+);
+
+CREATE INDEX runs_queued_by_workspace ON runs (workspace, created_at) WHERE status = 'queued';
+
+CREATE TABLE workspace_claims (
+    workspace   TEXT PRIMARY KEY,
+    claimed_at  REAL NOT NULL
+);

@@ -1,0 +1,104 @@
+"""`lantern secrets set|list|delete`: a workspace's secrets (CONTRACT §12).
+
+A value is read from stdin, never from an argument (which would sit in the shell's history
+and in every process listing), and never printed back: `list` shows names and times.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from lantern.cli.common import console, opened, run, settings, with_database
+from lantern.config import Settings
+from lantern.engine.runs import DEFAULT_WORKSPACE
+from lantern.errors import NotFound, UsageError
+from lantern.secrets import box
+from lantern.secrets.vault import Vault
+from lantern.store.base import Store
+
+Workspace = click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True)
+Database = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+
+
+@click.group()
+def secrets() -> None:
+    """Secrets agents use as {{ secrets.NAME }}; values are sealed at rest and never shown."""
+
+
+def _vault(s: Settings, store: Store) -> Vault:
+    return Vault(store, box.load(s.secrets_key, s.data_path))
+
+
+def _workspace(name: str) -> str:
+    if not name or len(name) > 100:
+        raise UsageError("a workspace name is 1-100 characters")
+    return name
+
+
+@secrets.command("set")
+@click.argument("name")
+@Workspace
+@Database
+@click.pass_context
+def set_secret(ctx: click.Context, name: str, workspace: str, database_url: str | None) -> None:
+    """Set NAME to the value read from stdin (one trailing newline is dropped)."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        _workspace(workspace)
+        if sys.stdin.isatty():
+            click.echo(f"value for {name} (end with Ctrl-D):", err=True)
+        value = sys.stdin.read()
+        value = value[:-1] if value.endswith("\n") else value
+        async with opened(s) as store:
+            await _vault(s, store).set(workspace, name, value)
+        click.echo(f"set {name} in workspace {workspace}")
+
+    run(body)
+
+
+@secrets.command("list")
+@Workspace
+@Database
+@click.pass_context
+def list_secrets(ctx: click.Context, workspace: str, database_url: str | None) -> None:
+    """The workspace's secrets by name (never their values)."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.list_secrets(_workspace(workspace))
+        table = Table("name", "created", "updated")
+        for item in found:
+            table.add_row(
+                item.name,
+                item.created_at.isoformat(" ", "seconds"),
+                item.updated_at.isoformat(" ", "seconds"),
+            )
+        console().print(table)
+
+    run(body)
+
+
+@secrets.command("delete")
+@click.argument("name")
+@Workspace
+@Database
+@click.pass_context
+def delete_secret(ctx: click.Context, name: str, workspace: str, database_url: str | None) -> None:
+    """Delete NAME; a step that uses it afterwards fails naming it."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        async with opened(s) as store:
+            if not await _vault(s, store).delete(_workspace(workspace), name):
+                raise NotFound(f"no secret {name} in workspace {workspace}")
+        click.echo(f"deleted {name} from workspace {workspace}")
+
+    run(body)

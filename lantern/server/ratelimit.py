@@ -1,0 +1,51 @@
+"""Requests per API key: a token bucket per key, in this process (CONTRACT §12).
+
+Every replica keeps its own buckets, so N replicas behind a balancer allow up to N times the
+rate; that bounds what one key can make one process do, which is the point: one tenant's
+script in a loop must not starve the rest. ``LANTERN_RATE_LIMIT`` is requests per second per
+key (default 100, bursts of twice that); 0 turns it off.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from lantern.errors import LanternError
+
+MAX_KEYS = 100_000  # buckets kept; the oldest are forgotten (a full bucket is no loss)
+
+
+class RateLimited(LanternError):
+    """Answered 429 with Retry-After."""
+
+    def __init__(self, retry_after: float, rate: float) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(
+            f"this key is over its request rate of {rate:g}/s (LANTERN_RATE_LIMIT); "
+            f"retry in {self.retry_after} s"
+        )
+
+
+@dataclass
+class Limiter:
+    rate: float  # tokens per second; 0 = no limit
+    burst: float = 0.0
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.burst = self.burst or 2 * self.rate
+
+    def take(self, key_id: str) -> None:
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        tokens, at = self._buckets.pop(key_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens < 1:
+            self._buckets[key_id] = (tokens, now)
+            raise RateLimited((1 - tokens) / self.rate, self.rate)
+        self._buckets[key_id] = (tokens - 1, now)  # re-inserted: dict order is recency
+        if len(self._buckets) > MAX_KEYS:
+            del self._buckets[next(iter(self._buckets))]

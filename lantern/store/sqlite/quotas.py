@@ -1,0 +1,34 @@
+"""Counts behind the per-workspace limits (CONTRACT §12)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lantern.store.sqlite.connection import SQLiteConnection
+
+
+class Quotas(SQLiteConnection):
+    async def queued_count(self, workspace: str, at_most: int) -> int:
+        sql = (
+            "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workspace = ? AND status = 'queued'"
+            " LIMIT ?)"
+        )
+        row = await self._read(lambda c: c.execute(sql, (workspace, at_most)).fetchone())
+        return int(row[0])
+
+    async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
+        ids = list(run_ids)
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):  # SQLite's bound on variables per statement
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT id FROM runs WHERE workspace = ? AND id IN ({marks})"
+            rows = await self._read(_select(sql, (workspace, *part)))
+            found.update(r[0] for r in rows)
+        return found
+
+
+def _select(sql: str, args: tuple[str, ...]) -> Callable[[sqlite3.Connection], list[Any]]:
+    return lambda c: c.execute(sql, args).fetchall()
