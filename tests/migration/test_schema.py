@@ -97,7 +97,9 @@ async def test_postgres_migrations_equal_schema(pg_url: str, pg_base_url: str) -
     assert got["columns"] and got == want
 
 
-def test_migrations_are_numbered_without_gaps() -> None:
-    for backend in ("sqlite", "postgres"):
-        versions = [m.version for m in migrations(backend)]
-        assert versions == list(range(1, len(versions) + 1))
+def test_migrations_are_numbered_once_and_alike_on_both_backends() -> None:
+    # Each area of work owns a block of numbers (so two never collide), so a number may be
+    # missing until its area lands; a number used twice, or on one backend only, never is.
+    sqlite, postgres = ([m.version for m in migrations(b)] for b in ("sqlite", "postgres"))
+    assert sqlite == postgres
+    assert sqlite == sorted(set(sqlite)) and sqlite[0] == 1
