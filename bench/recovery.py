@@ -41,6 +41,15 @@
     .venv/bin/python bench/recovery.py [--rounds 15] [--finished 1000000] [--running 20000]
         [--passes 200]
 
+
+(3) Mass recovery (``--orphans 1000,5000``, only this part). A fresh schema, N runs of a
+    ``trigger -> hang`` agent (the crash app's ``hang`` tool, which never returns in a replica
+    started with ``LANTERN_TEST_HANG=1``), a replica with ``LANTERN_MAX_CONCURRENT_RUNS=N``
+    that drives all N into the tool, a survivor (default concurrency 256), both with a 3 s TTL
+    and a 1 s sweep interval; the first replica is SIGKILLed. Printed: seconds from the kill to
+    the last run finished, and orphans re-driven per second (from the first ``run_recovered``
+    to the last run finished).
+
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL. The bulk load turns off FK triggers for
 its own transaction (``session_replication_role = replica``) when the role is a superuser; the
 rows satisfy the foreign keys by construction. Every schema is dropped at the end.
@@ -134,8 +143,9 @@ def http_chain(name: str, url: str, steps: int) -> dict[str, Any]:
 class Replica:
     """One ``lantern serve`` process with the fast lease settings, its output in a file."""
 
-    def __init__(self, url: str, name: str, logs: Path) -> None:
+    def __init__(self, url: str, name: str, logs: Path, **env: str) -> None:
         self.url, self.name = url, name
+        self.env = env
         self.port = free_port()
         self.log = logs / f"{name}.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -150,6 +160,7 @@ class Replica:
             "PYTHONPATH": str(ROOT),
             "LANTERN_EGRESS_ALLOW": "127.0.0.1",  # the receiver is on loopback
             **FAST,
+            **self.env,
         }
         with self.log.open("ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
@@ -766,6 +777,93 @@ def report(latency: LatencyFigures | None, sweep: SweepFigures | None) -> None:
     table(summary, set())
 
 
+# -- (3) mass recovery: thousands of orphans of one SIGKILLed replica ----------------------
+
+
+async def bench_orphans(url: str, count: int) -> tuple[float, float]:
+    """A replica drives ``count`` runs into a tool that never returns in it (the crash app's
+    ``hang`` under LANTERN_TEST_HANG=1); a survivor is up; the first replica is SIGKILLed.
+    Returns (seconds from the kill to the last run finished, orphans re-driven per second
+    from the first recovery to the last run finished)."""
+    schema = f"bench_orphans_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+    scoped = scoped_url(url, schema)
+    store = open_store(scoped)
+    await store.open()
+    logs = Path(tempfile.mkdtemp(prefix="lantern-bench-orphans-"))
+    doomed = survivor = None
+    try:
+        await apply_agent(
+            store,
+            {
+                "name": "hold",
+                "graph": {
+                    "nodes": [
+                        {"id": "start", "type": "trigger"},
+                        {"id": "h", "type": "tool", "data": {"tool": "hang"}},
+                    ],
+                    "edges": [{"source": "start", "target": "h"}],
+                },
+            },
+        )
+        for first in range(0, count, 100):
+            await asyncio.gather(
+                *(
+                    create_run(store, "hold", {"n": n})
+                    for n in range(first, min(count, first + 100))
+                )
+            )
+        doomed = await Replica(
+            scoped,
+            "doomed",
+            logs,
+            LANTERN_TEST_HANG="1",
+            LANTERN_MAX_CONCURRENT_RUNS=str(count),
+            LANTERN_LEASE_TTL="3s",
+            LANTERN_RECOVERY_INTERVAL="1s",
+        ).start()
+
+        async def counted(sql: str) -> int:
+            async with await psycopg.AsyncConnection.connect(scoped, autocommit=True) as c:
+                row = await (await c.execute(sql)).fetchone()
+                return int(row[0]) if row else 0
+
+        in_tool = (
+            "SELECT count(*) FROM journal_events WHERE kind = 'step_started' AND step_id = 'h'"
+        )
+        while True:
+            if await counted(in_tool) >= count:
+                break
+            await asyncio.sleep(0.5)
+        survivor = await Replica(
+            scoped, "survivor", logs, LANTERN_LEASE_TTL="3s", LANTERN_RECOVERY_INTERVAL="1s"
+        ).start()
+        await asyncio.sleep(1)
+        killed = time.monotonic()
+        await doomed.kill()
+        first_recovery: float | None = None
+        while True:
+            done = await counted("SELECT count(*) FROM runs WHERE status = 'succeeded'")
+            if first_recovery is None and await counted(
+                "SELECT count(*) FROM journal_events WHERE kind = 'run_recovered'"
+            ):
+                first_recovery = time.monotonic()
+            if done >= count:
+                break
+            await asyncio.sleep(0.1)
+        finished = time.monotonic()
+        span = finished - (first_recovery or killed)
+        return finished - killed, count / span if span > 0 else float("inf")
+    finally:
+        for replica in (doomed, survivor):
+            if replica is not None:
+                await replica.stop()
+        await store.close()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="SIGKILLs to time")
@@ -775,6 +873,10 @@ async def main() -> None:
     )
     parser.add_argument("--passes", type=int, default=200, help="sweep passes of each kind")
     parser.add_argument("--skip", choices=("latency", "sweep"), help="leave one part out")
+    parser.add_argument(
+        "--orphans",
+        help="only the mass recovery: orphan counts, comma-separated (e.g. 1000,5000)",
+    )
     args = parser.parse_args()
     url = os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL)
     try:
@@ -797,6 +899,16 @@ async def main() -> None:
         f" load average {load1:.2f} / {load5:.2f}\n"
     )
     started = time.monotonic()
+    if args.orphans:
+        print("mass recovery (TTL 3 s, interval 1 s, survivor LANTERN_MAX_CONCURRENT_RUNS 256):")
+        for count in (int(c) for c in args.orphans.split(",")):
+            took, rate = await bench_orphans(url, count)
+            print(
+                f"  {count:6} orphans: last finished {took:6.1f} s after the kill;"
+                f" {rate:6.0f} orphans/s re-driven",
+                flush=True,
+            )
+        return
     latency = None if args.skip == "latency" else await bench_latency(url, args.rounds)
     sweep = (
         None

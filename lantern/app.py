@@ -54,6 +54,11 @@ class Tool:
     description: str
     context_param: str | None
 
+    @property
+    def interruptible(self) -> bool:
+        """An async tool is cancelled at once; a sync one runs in a thread, which cannot be."""
+        return inspect.iscoroutinefunction(self.fn)
+
     async def call(self, context: ToolContext, args: dict[str, Any]) -> Any:
         kwargs = dict(args)
         if self.context_param is not None:

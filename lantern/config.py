@@ -51,7 +51,7 @@ class Settings:
     worker_id: str = ""
     host: str = "127.0.0.1"
     port: int = 8787
-    max_concurrent_runs: int = 64
+    max_concurrent_runs: int = 256
     max_body_bytes: int = 10 * 1024 * 1024
     max_recoveries: int = 10
     smtp_url: str | None = None  # LANTERN_SMTP_URL: where email connectors deliver
@@ -79,7 +79,7 @@ class Settings:
             worker_id=e.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:{port}",
             host=e.get("LANTERN_HOST", "127.0.0.1"),
             port=port,
-            max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 64),
+            max_concurrent_runs=_integer(e, "LANTERN_MAX_CONCURRENT_RUNS", 256),
             max_body_bytes=_integer(e, "LANTERN_MAX_BODY_BYTES", 10 * 1024 * 1024),
             max_recoveries=_integer(e, "LANTERN_MAX_RECOVERIES", 10),
             smtp_url=smtp_url(e),

@@ -9,7 +9,8 @@
     ├── Unauthorized               no API key, or an unknown or revoked one
     ├── Forbidden                  the key lacks the scope, or the object is another workspace's
     ├── StoreError                 the database refused or failed
-    │   └── LeaseLost              a fenced write by a writer whose lease is gone
+    │   ├── LeaseLost              a fenced write by a writer whose lease is gone
+    │   └── StoreUnavailable       the database cannot be reached or cannot write now
     └── StepError                  a step failed; carries its error class and retryability
         ├── TemplateError          a template could not be rendered
         └── BudgetExceeded         a model call would pass the run's or workspace's budget
@@ -75,6 +76,12 @@ class LeaseLost(StoreError):
         self.run_id = run_id
         self.epoch = epoch
         super().__init__(f"run {run_id}: lease epoch {epoch} is no longer current; stopping")
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached, or could not write (a lost connection, a restart,
+    a full disk). Transient: the same call may succeed once the cause is gone, and a journal
+    append may be sent again (its events carry their sequence, so it cannot land twice)."""
 
 
 class StepError(LanternError):

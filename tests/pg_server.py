@@ -7,9 +7,11 @@ the tests should use to .lantern/test-database-url.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -107,3 +109,65 @@ def ensure() -> int:
 
 if __name__ == "__main__":
     sys.exit(ensure() if sys.argv[1:] == ["ensure"] else 2)
+
+
+class PrivateCluster:
+    """A PostgreSQL server of one test's own, to stop, restart and crash at will.
+
+    Outage tests use it so the shared server the other tests use stays up. It lives in a
+    temporary folder (owned by the postgres user when run as root) on a free port.
+    """
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not found:
+            raise RuntimeError("no PostgreSQL binaries (initdb) on this machine")
+        self.bindir = Path(found[-1]).parent
+        self.data = Path(tempfile.mkdtemp(prefix="lantern-pg-private-"))
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres")
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._pg_ctl([], pg="initdb")
+
+    def _pg_ctl(self, args: list[str], pg: str = "pg_ctl") -> None:
+        if pg == "initdb":
+            initdb = str(self.bindir / "initdb")
+            cmd = [initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres"]
+        else:
+            cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), *args]
+        done = subprocess.run([*self.prefix, *cmd], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stdout}{done.stderr}")
+
+    def start(self) -> PrivateCluster:
+        self._pg_ctl(
+            [
+                "-o",
+                f"-p {self.port} -k {self.data} -h 127.0.0.1 -c fsync=off",
+                "-l",
+                str(self.data / "log"),
+                "-w",
+                "start",
+            ]
+        )
+        if not wait_for(self.url):
+            raise RuntimeError(f"the private PostgreSQL at {self.url} does not answer")
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl(["-m", mode, "-w", "stop"])
+
+    def restart(self, mode: str = "immediate") -> None:
+        self._pg_ctl(["-m", mode, "-w", "-l", str(self.data / "log"), "restart"])
+        if not wait_for(self.url):
+            raise RuntimeError(f"the private PostgreSQL at {self.url} did not come back")
+
+    def destroy(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.stop("immediate")
+        shutil.rmtree(self.data, ignore_errors=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from lantern import limits
+from lantern import limits, outbound
 from lantern.effects import signing
 from lantern.errors import StepError
 from lantern.observability import tracing
@@ -68,7 +68,9 @@ async def send(
     try:
         # timeout_s bounds the whole request, not each read: a peer trickling a byte a second
         # would otherwise hold the step for ever.
-        async with asyncio.timeout(timeout_s):
+        # ... and starts once the request holds its host's slot, when it is sent: waiting for
+        # a slot (lantern.outbound) never spends it.
+        async with outbound.QUEUES.slot(outbound.host_of(url)), asyncio.timeout(timeout_s):
             status, text = await _exchange(
                 client, method, url, request_headers, content, timeout_s, follow_redirects
             )
@@ -127,7 +129,7 @@ async def _exchange(
         url,
         headers=headers,
         content=content or None,
-        timeout=timeout_s,
+        timeout=outbound.timeout(timeout_s),
         follow_redirects=follow_redirects,
     ) as response:
         declared = response.headers.get("content-length", "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import suppress
 
+from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.journal import EventWriter, count_committed, fold
 from lantern.errors import Conflict, NotFound
@@ -44,10 +45,10 @@ async def _finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float)
     # Only a free or expired lease: a live holder, even in this process, cancels it itself.
     lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
     if lease is not None:
-        await _finish(store, lease)
+        await _finish(store, lease, ttl)
 
 
-async def _finish(store: Store, lease: Lease) -> None:
+async def _finish(store: Store, lease: Lease, ttl: float) -> None:
     """Journal the cancellation under ``lease``; whatever happens, the lease is not left held
     (the commit that finishes the run releases it; anything else gives it back here)."""
     try:
@@ -55,7 +56,8 @@ async def _finish(store: Store, lease: Lease) -> None:
         if state.terminal is None:
             w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
             event = w.event(ev.RUN_CANCELLED, {"by": "request"})
-            await store.append(Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED)))
+            batch = Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED))
+            await commits.append(store, batch, patience=ttl)  # across a database blink
             count_committed((event,))
             run = await store.get_run(lease.run_id)
             if run is not None:  # the run's log line, as a drive's commit writes it

@@ -81,6 +81,12 @@ class Conversation(Drive):
             return [], None, (action, self.attempts[action.step], None)
         return [self.start(action.step, 1, _start_data(action))], None, (action, 1, None)
 
+    def _interruptible(self, action: turns.CallModel | turns.CallTool) -> bool:
+        if isinstance(action, turns.CallModel) or action.tool is None:
+            return True
+        tool = self.host.app.tools.get(action.tool)
+        return tool is None or tool.interruptible
+
     async def _perform(
         self, action: turns.CallModel | turns.CallTool, attempt: int, due: int | None
     ) -> Step | None:
@@ -97,9 +103,16 @@ class Conversation(Drive):
             await asyncio.wait([task, cancel], return_when=asyncio.FIRST_COMPLETED)
         finally:
             cancel.cancel()
+        waited: list[str] = []
         if not task.done():
-            await self.cancel([], [task])
-            return None
+            if self._interruptible(action):
+                await self.cancel([], [task])
+                return None
+            # A sync tool runs in a thread, which cannot be interrupted: its return is the
+            # next step boundary, where the run stops with what the tool did journaled.
+            waited = [action.step]
+            self.waits_for_thread(waited)
+            await asyncio.wait([task])
         exc = task.exception()
         if exc is not None and not isinstance(exc, StepError):
             raise exc
@@ -112,7 +125,7 @@ class Conversation(Drive):
         events = [outcome]
         self.ensure_live()
         if self.cancelled.is_set():
-            await self.cancel(events)  # with what did complete
+            await self.cancel(events, (), waited)  # with what did complete
             return None
         if self.host.stopping.is_set():  # a clean stop: journal what finished, start nothing
             await self.commit(events)

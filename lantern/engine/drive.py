@@ -69,8 +69,10 @@ import httpx
 from lantern import limits
 from lantern.app import App
 from lantern.effects.claims import Deliveries
+from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly, Detector, RetryRates
+from lantern.engine.commits import WriteHealth
 from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
@@ -91,6 +93,7 @@ class DriveHost(Protocol):
     store: Store
     app: App
     keeper: LeaseKeeper
+    write_health: WriteHealth  # whether this process's commits are landing (readiness)
     worker_id: str
     http: httpx.AsyncClient
     models: Models
@@ -274,7 +277,13 @@ class Drive(ABC):
     async def commit(self, events: Sequence[NewEvent], update: RunUpdate | None = None) -> None:
         """Append ``events`` (and ``update``) under the lease: durable, or LeaseLost."""
         started = time.perf_counter()
-        await self.host.store.append(Append(self.lease, tuple(events), update))
+        # Sent again across a database blink, for up to a lease TTL (lantern.engine.commits).
+        await commits.append(
+            self.host.store,
+            Append(self.lease, tuple(events), update),
+            patience=self.host.keeper.ttl,
+            health=self.host.write_health,
+        )
         metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
         self._committed(events, update)
 
@@ -394,15 +403,34 @@ class Drive(ABC):
         return self.run_failed(ev.step_failed_error(step, error.to_json()))
 
     async def cancel(
-        self, events: list[NewEvent], tasks: Iterable[asyncio.Future[Any]] = ()
+        self,
+        events: list[NewEvent],
+        tasks: Iterable[asyncio.Future[Any]] = (),
+        uninterruptible: Sequence[str] = (),
     ) -> None:
-        """Stop the work in flight and journal the cancellation (with what did complete)."""
+        """Stop the work in flight and journal the cancellation (with what did complete).
+
+        ``uninterruptible`` names the steps the cancellation had to wait for: a sync tool runs
+        in a thread, which Python cannot interrupt, so its return was the step boundary where
+        the run stopped; ``run_cancelled`` says so."""
         stopping = list(tasks)
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
-        events.append(self.writer.event(ev.RUN_CANCELLED, {"by": "request"}))
+        data: dict[str, Any] = {"by": "request"}
+        if uninterruptible:
+            data["uninterruptible"] = sorted(uninterruptible)
+        events.append(self.writer.event(ev.RUN_CANCELLED, data))
         await self.commit(events, RunUpdate("cancelled", error=ev.CANCELLED))
+
+    def waits_for_thread(self, steps: Sequence[str]) -> None:
+        """Say, in the log, that a cancellation waits for sync tools running in threads."""
+        log.warning(
+            "run %s: cancel requested while sync tool step(s) %s run in a thread, which"
+            " cannot be interrupted; the run stops when they return",
+            self.run.id,
+            ", ".join(sorted(steps)),
+        )
 
     # -- anomalies -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import functools
 from typing import Any
 
 from lantern import limits
+from lantern.app import App
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.drive import Drive, DriveHost, Retry
@@ -32,7 +33,7 @@ from lantern.engine.runs import create_run
 from lantern.errors import Conflict, NotFound, StepError, TemplateError, UsageError
 from lantern.ids import child_run_id
 from lantern.nodes import StepContext
-from lantern.nodes.base import Noted, Waiting
+from lantern.nodes.base import Node, Noted, Waiting
 from lantern.nodes.registry import WAITING_TYPES, executor_for
 from lantern.nodes.secrets import with_secrets
 from lantern.store.records import NewEvent, Run, RunUpdate
@@ -48,6 +49,7 @@ class GraphDrive(Drive):
         super().__init__(host, run, anomalies=graph.anomalies, can_pause=True)
         self.graph = graph
         self.tasks: dict[asyncio.Task[Any], str] = {}
+        self.uninterruptible: set[asyncio.Task[Any]] = set()  # sync tools, in threads
         # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
         self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
         self._spawn_first: list[tuple[str, int]] = []
@@ -142,10 +144,23 @@ class GraphDrive(Drive):
             cancel.cancel()
 
     async def _cancel(self, events: list[NewEvent]) -> None:
-        running = [*self.tasks, *self.timers]
+        """An async step is cancelled at once; a sync tool's thread cannot be interrupted, so
+        the run waits for it, journals how it ended, and stops at that step boundary."""
+        sync = {t: s for t, s in self.tasks.items() if t in self.uninterruptible and not t.done()}
+        running = [t for t in [*self.tasks, *self.timers] if t not in sync]
+        for task in running:
+            task.cancel()
+        if sync:
+            self.waits_for_thread(list(sync.values()))
+            await asyncio.wait(sync)
+            for task, step in sync.items():
+                exc = task.exception()
+                if exc is None or isinstance(exc, StepError):
+                    self._settle(step, exc if exc is not None else task.result(), events, [])
         self.tasks.clear()
         self.timers.clear()
-        await self.cancel(events, running)
+        self.uninterruptible.clear()
+        await self.cancel(events, running, list(sync.values()))
 
     async def _steps(self, cancel: asyncio.Future[Any]) -> None:
         while self.tasks or self.timers:
@@ -159,6 +174,7 @@ class GraphDrive(Drive):
             backoffs: list[Retry] = []
             for task in done:
                 step = self.tasks.pop(task)
+                self.uninterruptible.discard(task)
                 exc = task.exception()
                 if exc is not None and not isinstance(exc, StepError):
                     raise exc
@@ -311,12 +327,15 @@ class GraphDrive(Drive):
             on_text=self.host.live.sink(self.run.id, step, attempt),
             secrets=functools.partial(self.host.secret_values, self.run.workspace),
         )
+        times_itself = node.type in WAITING_TYPES or _times_itself(node)
         limit = (
             None
-            if node.type in WAITING_TYPES
+            if times_itself
             else timeout_s(node.data, self.graph.timeout_ms, self.host.step_timeout)
         )
         task = self.perform(step, attempt, with_secrets(executor_for(node.type))(ctx), limit)
+        if not _interruptible(self.host.app, node):
+            self.uninterruptible.add(task)
         task.add_done_callback(lambda _: self.host.live.finished(self.run.id, step, attempt))
         self.tasks[task] = step
 
@@ -354,3 +373,17 @@ class GraphDrive(Drive):
             raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc
         self.host.on_queued()
         return child_id
+
+
+def _times_itself(node: Node) -> bool:
+    """An http connector applies its ``timeoutMs`` from the moment its request is sent, so
+    time spent queued for a connection slot is not counted against it."""
+    return node.type == "connector" and node.data.get("connector", "http") == "http"
+
+
+def _interruptible(app: App, node: Node) -> bool:
+    """False for a tool node whose tool is a sync function (it runs in a thread)."""
+    if node.type != "tool":
+        return True
+    tool = app.tools.get(str(node.data.get("tool")))
+    return tool is None or tool.interruptible

@@ -1,9 +1,12 @@
 """The recovery sweep (RunRecoveryLoop): find orphaned runs, steal their leases, re-drive them.
 
 Every `lantern serve` runs one: a pass right after start, then every
-``LANTERN_RECOVERY_INTERVAL``. A pass finds at most ``BATCH`` queued or running runs whose
-lease is absent or expired, oldest first, and steals each lease with the UPSERT that wins only
-an expired lease (a new epoch, so the old holder is fenced). Several replicas may sweep at
+``LANTERN_RECOVERY_INTERVAL``; a pass that came back full is followed at once by another while
+the replica has free slots (or as soon as one frees up), so a replica lost with thousands of
+runs is recovered at the rate the survivors can drive them, not 20 per interval. A pass finds
+at most ``BATCH`` queued or running runs whose lease is absent or expired, oldest first, and
+steals each lease with the UPSERT that wins only an expired lease (a new epoch, so the old
+holder is fenced). Several replicas may sweep at
 once: each orphan goes to exactly one, and the losers skip it silently.
 """
 
@@ -41,15 +44,38 @@ class RecoveryLoop:
         self.interval = interval
         self._free_slots = free_slots
         self._start = start
+        self._slot = asyncio.Event()
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            backlog = False
             try:
-                await self.sweep()
+                limit = min(BATCH, self._free_slots())
+                backlog = limit > 0 and len(await self.sweep()) >= limit
             except Exception as exc:  # the database is away: the next pass tries again
                 log.warning("recovery sweep failed: %s", exc)
+            if backlog:
+                # A full pass: more orphans are likely waiting. Go again at once while slots
+                # are free, or as soon as one frees up, rather than after a whole interval.
+                await self._next_slot(stopping)
+                continue
             with suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.interval)
+
+    def slot_freed(self) -> None:
+        """A run this replica drove has ended (the worker calls this)."""
+        self._slot.set()
+
+    async def _next_slot(self, stopping: asyncio.Event) -> None:
+        deadline = asyncio.get_running_loop().time() + self.interval
+        while self._free_slots() <= 0 and not stopping.is_set():
+            self._slot.clear()
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._slot.wait(), left)
+        await asyncio.sleep(0)  # let the runs just started take their first step
 
     async def sweep(self) -> list[Orphan]:
         """One pass; returns the orphans found (with the leases won)."""

@@ -10,6 +10,7 @@ HTTP client, the model providers) and is the ``DriveHost`` they see.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 
 from lantern.app import App
+from lantern.engine import commits
 from lantern.engine.anomalies import RUN_TOTALS, RetryRates
 from lantern.engine.conversation import Conversation
 from lantern.engine.drive import Drive, under_lease
@@ -26,13 +28,15 @@ from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.graph_drive import GraphDrive
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
-from lantern.errors import NotFound
+from lantern.errors import NotFound, StoreUnavailable
 from lantern.models import registry
 from lantern.models.registry import Models
 from lantern.observability import tracing
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
 from lantern.store.records import Lease, Run
+
+log = logging.getLogger("lantern.runner")
 
 
 class Runner:
@@ -70,6 +74,7 @@ class Runner:
         self.stopping = stopping or asyncio.Event()
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
         self.retry_rates = RetryRates()
+        self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
 
     async def secret_values(self, workspace: str) -> dict[str, str]:
@@ -100,15 +105,45 @@ class Runner:
         ``lease``, when given, was won before this call (by a claim), so the run read here is
         current: a queued run then has no journal to read.
         """
-        run = await self.store.get_run(run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} not found")
-        if run.finished:
-            return run  # re-driving a finished run invokes nothing and writes nothing
-        with tracing.drive(run, self.worker_id):
-            result = await self._drive(run, lease)
-            tracing.drive_ended(result)
-            return result
+        if lease is not None:
+            # Renewed from now on: a busy replica may take a while to reach the first step,
+            # and a lease that expired meanwhile would be stolen (even by our own sweep).
+            self.keeper.hold(lease)
+        try:
+            return await self._drive_patiently(run_id, lease)
+        finally:
+            if lease is not None:
+                self.keeper.drop(lease)  # whatever ended the drive, renew it no more
+
+    async def _drive_patiently(self, run_id: str, lease: Lease | None) -> Run | None:
+        deadline: float | None = None
+        delay = commits.FIRST_DELAY
+        while True:
+            try:
+                run = await self.store.get_run(run_id)
+                if run is None:
+                    raise NotFound(f"run {run_id} not found")
+                if run.finished:
+                    return run  # re-driving a finished run invokes nothing and writes nothing
+                with tracing.drive(run, self.worker_id):
+                    result = await self._drive(run, lease)
+                    tracing.drive_ended(result)
+                    return result
+            except StoreUnavailable as exc:
+                # The database blinked outside a commit (a read, a delivery's claim), or for
+                # longer than a commit waits. While the lease could still be ours, wait and
+                # re-drive from the journal under a new epoch: the step in flight runs again
+                # with its key, and nothing waits out a lease.
+                now = time.monotonic()
+                deadline = deadline or now + self.keeper.ttl
+                if now + delay > deadline or self.stopping.is_set():
+                    raise
+                log.warning("run %s: %s; re-driving in %.2f s", run_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, commits.MAX_DELAY)
+                if lease is not None:
+                    self.keeper.drop(lease)  # the re-drive takes a new epoch
+                lease = None
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
         graph = await self._graph(run)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
-from lantern import config
+from lantern import config, outbound
 from lantern.app import App
 from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
@@ -37,7 +37,7 @@ class Worker:
         *,
         worker_id: str,
         lease_ttl: float,
-        max_concurrent: int = 64,
+        max_concurrent: int = 256,
         poll_interval: float = 0.2,
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
@@ -75,7 +75,9 @@ class Worker:
         )
 
     async def __aenter__(self) -> Worker:
-        http = await self._stack.enter_async_context(client(self.egress))
+        self.keeper.start()  # its loops live as long as the worker
+        outbound.configure(self.max_concurrent)
+        http = await self._stack.enter_async_context(client(self.egress, limits=outbound.limits()))
         self.runner = Runner(
             self.store,
             self._app,
@@ -169,6 +171,7 @@ class Worker:
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
         self._wake.set()
+        self.recovery.slot_freed()
 
     async def _drive(self, run_id: str, lease: Lease | None) -> object:
         assert self.runner is not None

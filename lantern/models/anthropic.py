@@ -8,6 +8,7 @@ import anthropic
 import httpx
 from anthropic import AsyncAnthropic
 
+from lantern import outbound
 from lantern.errors import StepError
 from lantern.models import errors
 from lantern.models.clients import PerLoop
@@ -39,7 +40,17 @@ JSON_INSTRUCTION = "Answer with one JSON object and nothing else."
 
 def _client() -> AsyncAnthropic:
     try:
-        return AsyncAnthropic(max_retries=0, timeout=TIMEOUT_S)
+        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait.
+        # The SDK's own httpx (a copy in recent versions): its Limits class, not ours.
+        return AsyncAnthropic(
+            max_retries=0,
+            timeout=anthropic.Timeout(TIMEOUT_S, pool=None),
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                limits=type(anthropic.DEFAULT_CONNECTION_LIMITS)(
+                    max_connections=None, max_keepalive_connections=outbound.MAX_KEEPALIVE
+                )
+            ),
+        )
     except anthropic.AnthropicError as exc:
         raise StepError(
             f"anthropic: {exc} (set ANTHROPIC_API_KEY, and ANTHROPIC_BASE_URL for another"

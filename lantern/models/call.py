@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lantern import outbound
 from lantern.errors import StepError, UsageError
 from lantern.models import pricing, router
 from lantern.models.budget import Gate
@@ -62,7 +63,10 @@ async def call(
             await gate.check(model, request)
         provider = models.provider(model)
         try:
-            response = await provider.complete(replace(request, model=wire_model(model)), on_text)
+            async with outbound.QUEUES.slot(f"model:{provider.name}"):
+                response = await provider.complete(
+                    replace(request, model=wire_model(model)), on_text
+                )
         except StepError as exc:
             if not exc.retryable or index == len(names) - 1:
                 raise

@@ -9,6 +9,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
+from lantern import outbound
 from lantern.errors import StepError
 from lantern.models import errors
 from lantern.models.clients import PerLoop
@@ -27,7 +28,17 @@ TIMEOUT_S = 120.0
 
 def _client() -> AsyncOpenAI:
     try:
-        return AsyncOpenAI(max_retries=0, timeout=TIMEOUT_S)
+        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait.
+        # The SDK's own httpx (a copy in recent versions): its Limits class, not ours.
+        return AsyncOpenAI(
+            max_retries=0,
+            timeout=openai.Timeout(TIMEOUT_S, pool=None),
+            http_client=openai.DefaultAsyncHttpxClient(
+                limits=type(openai.DEFAULT_CONNECTION_LIMITS)(
+                    max_connections=None, max_keepalive_connections=outbound.MAX_KEEPALIVE
+                )
+            ),
+        )
     except openai.OpenAIError as exc:
         raise StepError(
             f"openai: {exc} (set OPENAI_API_KEY, and OPENAI_BASE_URL for another endpoint)",

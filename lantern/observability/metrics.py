@@ -77,6 +77,12 @@ JOURNAL_WRITE = Histogram(
         2.5,
     ),
 )
+COMMIT_RETRIES = Counter(
+    "lantern_commit_retries", "Journal commits sent again after the database was unavailable"
+)
+STORE_UNAVAILABLE = Counter(
+    "lantern_store_unavailable", "Store calls that failed because the database was unavailable"
+)
 DELIVERIES = Counter(
     "lantern_deliveries",
     "Claimed deliveries by kind and outcome (replayed: answered from its receipt, not sent)",

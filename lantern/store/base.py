@@ -59,8 +59,11 @@ class JournalStore(Protocol):
         An update to a finished status also releases the lease, in the same transaction.
         """
 
-    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
-        """The run's journal in sequence order, in one query."""
+    async def events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, blobs: bool = False
+    ) -> list[Event]:
+        """The run's journal in sequence order after ``after``, at most ``limit`` events, in
+        one indexed query (a page's cost does not depend on where it starts)."""
 
     async def journal_head(self, run_id: str) -> tuple[int, str | None]:
         """How many events the run's journal holds, and the hash of the last one."""
@@ -103,6 +106,9 @@ class LeaseStore(Protocol):
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         """Extend the lease; False when its epoch is no longer current."""
+
+    async def renew_leases(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        """Extend many leases in one statement; the run ids whose epoch was still current."""
 
     async def release_lease(self, lease: Lease) -> None:
         """Expire the lease now (keeping its epoch, so a stale writer stays fenced)."""

@@ -100,3 +100,11 @@ async def sleep(seconds: float, **kwargs: object) -> dict[str, object]:
 async def explode(**kwargs: object) -> dict[str, object]:
     """Raise, as a buggy tool would: its traceback belongs in the server log only."""
     raise RuntimeError(f"kaboom {sorted(kwargs)}")
+
+
+@app.tool("hang")
+async def hang() -> dict[str, bool]:
+    """Never returns in a replica started with LANTERN_TEST_HANG=1 (one to be SIGKILLed)."""
+    if os.environ.get("LANTERN_TEST_HANG") == "1":
+        await asyncio.sleep(3600)
+    return {"done": True}

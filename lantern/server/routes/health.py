@@ -1,4 +1,5 @@
-"""Liveness and Prometheus metrics; neither needs a key unless LANTERN_METRICS=admin."""
+"""Liveness, readiness and Prometheus metrics; none needs a key (metrics do with
+LANTERN_METRICS=admin)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lantern.engine.commits import WriteHealth
+from lantern.engine.readiness import not_ready
 from lantern.errors import Forbidden
 from lantern.observability import metrics as observed
 from lantern.server import auth
@@ -20,13 +23,23 @@ router = APIRouter(tags=["health"])
 log = logging.getLogger("lantern.server")
 
 
-@router.get("/healthz", responses={503: {"description": "the database does not answer"}})
-async def healthz(request: Request) -> Any:
-    try:
-        await services(request).store.get_run("healthz")
-    except Exception:
-        return problem(503, "the database does not answer")
+@router.get("/healthz")
+async def healthz() -> Any:
+    """Liveness: the process answers. It does not look at the database, so an outage of the
+    database does not get every replica restarted; ``/readyz`` does."""
     return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz", responses={503: {"description": "the store cannot write"}})
+async def readyz(request: Request) -> Any:
+    """Readiness: fails (503) while the store cannot write, naming why."""
+    s = services(request)
+    worker = s.worker
+    health = worker.runner.write_health if worker.runner is not None else WriteHealth()
+    why = await not_ready(s.store, worker.worker_id, worker.started_at, health)
+    if why is not None:
+        return problem(503, f"not ready: {why}")
+    return JSONResponse({"status": "ready"})
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
 from typing import Annotated, Any, Literal
@@ -29,7 +28,7 @@ from lantern.store.records import ApiKey
 from lantern.views import delivery_json, event_json, run_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
-WAIT_POLL = 0.05
+REREAD_S = 2.0  # a waiter re-reads at least this often, notified or not
 
 Status = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
@@ -99,10 +98,16 @@ async def get(
 ) -> dict[str, Any]:
     store = services(request).store
     run = await owned_run(store, run_id, key)
-    deadline = time.monotonic() + wait
-    while not run.finished and time.monotonic() < deadline:
-        await asyncio.sleep(WAIT_POLL)
-        run = await owned_run(store, run_id, key)
+    if wait and not run.finished:
+        # Woken by the commit notifier (in-process, and LISTEN/NOTIFY between replicas), not
+        # by polling; a re-read every REREAD_S is the safety net for a lost notification.
+        deadline = time.monotonic() + wait
+        with store.notifier.subscribe(run_id) as sub:
+            heard = sub.seq
+            run = await owned_run(store, run_id, key)  # subscribed first: no commit missed
+            while not run.finished and (left := deadline - time.monotonic()) > 0:
+                heard = await sub.wait(heard, timeout=min(left, REREAD_S))
+                run = await owned_run(store, run_id, key)
     return {**run_json(run), "children": [c.id for c in await store.children(run_id)]}
 
 
@@ -113,10 +118,21 @@ async def events(
     key: Annotated[ApiKey, Depends(scope("runs:read"))],
     after: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    wait: Annotated[float, Query(ge=0, le=60)] = 0,
 ) -> dict[str, Any]:
+    """A page of the journal; with ``wait``, an empty page waits up to that many seconds for
+    the next commit (woken by the commit notifier) before it answers."""
     store = services(request).store
     await owned_run(store, run_id, key)
-    found = await store.events(run_id, after=after)
+    found = await store.events(run_id, after=after, limit=limit + 1)  # one more: is there a next?
+    if wait and not found:
+        deadline = time.monotonic() + wait
+        with store.notifier.subscribe(run_id) as sub:
+            heard = max(sub.seq, after)
+            found = await store.events(run_id, after=after, limit=limit + 1)
+            while not found and (left := deadline - time.monotonic()) > 0:
+                heard = await sub.wait(heard, timeout=min(left, REREAD_S))
+                found = await store.events(run_id, after=after, limit=limit + 1)
     page = found[:limit]
     return {
         "items": [event_json(e) for e in page],

@@ -143,6 +143,10 @@ SELECT epoch FROM lease
 """
 
 
+EVENTS = f"SELECT {_EVENT_COLUMNS} FROM journal_events WHERE run_id = %s AND seq > %s ORDER BY seq"
+EVENTS_PAGE = EVENTS + " LIMIT %s"  # an index range scan on (run_id, seq): the page, no more
+
+
 def _event_rows(
     events: Iterable[NewEvent], run_id: str | None = None, epoch: int | None = None
 ) -> list[dict[str, Any]]:
@@ -269,7 +273,7 @@ class Journal(PostgresConnection):
             won = await self._write(batch)
         except psycopg.errors.IntegrityError as exc:
             if len(batch) == 1:
-                return [_refused(batch[0], exc)]
+                return [None if await self._landed(batch[0]) else _refused(batch[0], exc)]
             # Isolate the offender so the other runs' events still land.
             return [await self._append_alone(item) for item in batch]
         return [
@@ -281,8 +285,22 @@ class Journal(PostgresConnection):
         try:
             won = await self._write([item])
         except psycopg.errors.IntegrityError as exc:
+            if await self._landed(item):
+                return None
             return _refused(item, exc)
         return None if won else LeaseLost(item.lease.run_id, item.lease.epoch)
+
+    async def _landed(self, item: Append) -> bool:
+        """Whether this very append is already stored: sent again after a commit whose answer
+        was lost, its events collide with themselves (same run, seq and hash)."""
+        if not item.events or item.events[-1].hash is None:
+            return False  # an unchained event cannot be told from another at its seq
+        last = item.events[-1]
+        row = await self._fetchone(
+            "SELECT hash FROM journal_events WHERE run_id = %s AND seq = %s",
+            (item.lease.run_id, last.seq),
+        )
+        return row is not None and row[0] == last.hash
 
     async def _write(self, batch: Sequence[Append]) -> set[str]:
         events: list[dict[str, Any]] = []
@@ -310,19 +328,21 @@ class Journal(PostgresConnection):
         rows = await self._writer_execute(_APPEND, params)
         return {r[0] for r in rows}
 
-    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+    async def events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, blobs: bool = False
+    ) -> list[Event]:
+        # The primary key (run_id, seq) serves both the range and the order: a page costs
+        # the page, wherever it starts.
+        page = "" if limit is None else " LIMIT %s"
+        args: tuple[Any, ...] = (run_id, after) if limit is None else (run_id, after, limit)
         if blobs:
             cols = ", ".join("e." + c for c in _EVENT_COLUMNS.split(", "))
             rows = await self._fetchall(
                 f"SELECT {cols}, b.body FROM journal_events e"
                 " LEFT JOIN blobs b ON b.digest = e.blob_digest"
-                " WHERE e.run_id = %s AND e.seq > %s ORDER BY e.seq",
-                (run_id, after),
+                f" WHERE e.run_id = %s AND e.seq > %s ORDER BY e.seq{page}",
+                args,
             )
             return [_event(r[:10], bytes(r[10]) if r[10] is not None else None) for r in rows]
-        rows = await self._fetchall(
-            f"SELECT {_EVENT_COLUMNS} FROM journal_events WHERE run_id = %s AND seq > %s"
-            " ORDER BY seq",
-            (run_id, after),
-        )
+        rows = await self._fetchall(EVENTS if limit is None else EVENTS_PAGE, args)
         return [_event(r) for r in rows]

@@ -5,6 +5,7 @@ Leases use the database's clock (``now()``), so replicas with skewed clocks agre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from lantern.store.postgres.connection import PostgresConnection
@@ -114,7 +115,7 @@ class Leases(PostgresConnection):
         ]
 
     async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO workers (id, started_at, heartbeat_at) VALUES (%s, %s, now())"
                 " ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at,"
@@ -123,7 +124,7 @@ class Leases(PostgresConnection):
             )
 
     async def worker_stopped(self, worker_id: str) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute("UPDATE workers SET stopped_at = now() WHERE id = %s", (worker_id,))
 
     async def list_workers(self) -> list[WorkerInfo]:
@@ -154,8 +155,20 @@ class Leases(PostgresConnection):
         )
         return row is not None
 
+    async def renew_leases(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        if not leases:
+            return set()
+        rows = await self._fetchall(
+            "UPDATE run_locks l SET expires_at = now() + make_interval(secs => %s)"
+            " FROM unnest(%s::text[], %s::bigint[]) AS x(run_id, epoch)"
+            " WHERE l.run_id = x.run_id AND l.epoch = x.epoch AND l.expires_at > 'epoch'"
+            " RETURNING l.run_id",
+            (ttl, [lease.run_id for lease in leases], [lease.epoch for lease in leases]),
+        )
+        return {r[0] for r in rows}
+
     async def release_lease(self, lease: Lease) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 # An unfinished run's lease expires now, so the sweep hands the run on; a
                 # finished run's leaves the index of unreleased leases.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -33,9 +34,11 @@ _RETRY = (0.1, 0.2, 0.5, 1.0, 2.0)  # seconds between attempts to reopen the lis
 class Relay:
     """Sends this replica's commits to its peers and hands theirs to ``notifier``."""
 
-    def __init__(self, url: str, notifier: Notifier) -> None:
+    def __init__(self, url: str, notifier: Notifier, connect: dict[str, Any] | None = None) -> None:
         self.url = url
         self.notifier = notifier
+        # The store's timeouts and keepalives, so a listener on a dead server notices it.
+        self._connect: dict[str, Any] = {**(connect or {}), "autocommit": True}
         self.channel = "lantern_journal"
         self._outbox: dict[str, int] = {}
         self._pending = asyncio.Event()
@@ -46,7 +49,7 @@ class Relay:
     async def start(self) -> None:
         """Listen before returning, so a commit made on a peer after ``open()`` is heard."""
         self._listener = await self._listen()
-        self._sender = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        self._sender = await psycopg.AsyncConnection.connect(self.url, **self._connect)
         self.notifier.relay_to(self.publish)
         self._tasks = [
             asyncio.create_task(self._receive(), name="lantern-notify-listen"),
@@ -71,7 +74,7 @@ class Relay:
         self._pending.set()
 
     async def _listen(self) -> psycopg.AsyncConnection[TupleRow]:
-        conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(self.url, **self._connect)
         try:
             cur = await conn.execute("SELECT current_schema()")
             row = await cur.fetchone()
@@ -119,7 +122,7 @@ class Relay:
                 continue
             try:
                 if self._sender is None or self._sender.closed:
-                    self._sender = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                    self._sender = await psycopg.AsyncConnection.connect(self.url, **self._connect)
                 await self._sender.execute(
                     "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p",
                     (self.channel, _payloads(batch)),

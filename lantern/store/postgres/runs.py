@@ -33,7 +33,7 @@ class Runs(PostgresConnection):
     async def put_agent(
         self, workspace: str, name: str, definition: dict[str, Any]
     ) -> AgentVersion:
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             # Serialise versions of one agent; a unique violation would also catch a race.
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agent:{workspace}/{name}",)
@@ -126,7 +126,7 @@ class Runs(PostgresConnection):
     # -- API keys ---------------------------------------------------------------------
 
     async def create_api_key(self, key: ApiKey) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO api_keys (id, workspace, secret_hash, scopes, created_at, name)"
                 " VALUES (%s, %s, %s, %s, %s, %s)",
@@ -200,7 +200,7 @@ class Runs(PostgresConnection):
 
     async def decide(self, decision: Decision) -> bool:
         d = decision
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "INSERT INTO approvals"
                 " (run_id, node_id, decision, decided_by, comment, decided_by_name)"
@@ -224,7 +224,7 @@ class Runs(PostgresConnection):
         return {r[1]: Decision(*r) for r in rows}
 
     async def wake(self, run_id: str) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'", (run_id,)
             )

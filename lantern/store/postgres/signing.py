@@ -18,7 +18,7 @@ class Signing(PostgresConnection):
         return [] if row is None else [s for s in row if s is not None]
 
     async def ensure_signing_secret(self, workspace: str, secret: str) -> str:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO signing_secrets (workspace, secret) VALUES (%s, %s)"
                 " ON CONFLICT (workspace) DO NOTHING",
@@ -33,7 +33,7 @@ class Signing(PostgresConnection):
         return str(row[0])
 
     async def rotate_signing_secret(self, workspace: str, secret: str, overlap_s: float) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO signing_secrets (workspace, secret) VALUES (%(ws)s, %(secret)s)"
                 " ON CONFLICT (workspace) DO UPDATE SET secret = excluded.secret,"
@@ -61,7 +61,7 @@ class Signing(PostgresConnection):
         return int(row[0]), row[1]
 
     async def register_signing_key(self, kid: str, x: str) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO signing_keys (kid, x) VALUES (%s, %s) ON CONFLICT (kid) DO NOTHING",
                 (kid, x),
@@ -75,7 +75,7 @@ class Signing(PostgresConnection):
 
     async def put_receipt(self, receipt: StoredReceipt) -> StoredReceipt:
         r = receipt
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO receipts (run_id, key_id, body, signature) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (run_id) DO NOTHING",

@@ -9,15 +9,19 @@ processes sharing the file queue on it instead of failing mid-transaction.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
+from lantern.errors import StoreUnavailable
 from lantern.store.migrations import migrations
 from lantern.store.notify import Notifier
+
+log = logging.getLogger("lantern.store")
 
 T = TypeVar("T")
 
@@ -49,13 +53,18 @@ class SQLiteConnection:
         def tx() -> T:
             conn = self._wconn
             assert conn is not None, "store is not open"
-            conn.execute("BEGIN IMMEDIATE")
+            if conn.in_transaction:  # left open by a failure we could not roll back
+                _rollback(conn)
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                # A COMMIT that failed (a full disk) may leave the transaction open: roll it
+                # back, or the writer is wedged ("cannot start a transaction within a
+                # transaction"). If the rollback fails too, the first error is the cause.
+                _rollback(conn)
+                _raise_translated(exc)
             return result
 
         return await asyncio.get_running_loop().run_in_executor(self._writer, tx)
@@ -64,11 +73,15 @@ class SQLiteConnection:
         def tx() -> T:
             conn = self._rconn
             assert conn is not None, "store is not open"
-            conn.execute("BEGIN")
             try:
-                return fn(conn)
-            finally:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    conn.execute("COMMIT")
+            except BaseException as exc:
+                _rollback(conn)
+                _raise_translated(exc)
 
         return await asyncio.get_running_loop().run_in_executor(self._reader, tx)
 
@@ -107,6 +120,35 @@ class SQLiteConnection:
         self._wconn = self._rconn = None
         self._writer.shutdown(wait=False)
         self._reader.shutdown(wait=False)
+
+
+# SQLite result codes meaning "the database cannot be used right now, try again later".
+_TRANSIENT_CODES = {
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_READONLY,
+}
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.warning("SQLite rollback failed: %s", exc)
+
+
+def _raise_translated(exc: BaseException) -> NoReturn:
+    """A full disk, an I/O error or a lock held too long becomes StoreUnavailable naming the
+    real cause (e.g. "database or disk is full"); anything else is raised as it was."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(exc, sqlite3.OperationalError) and code is not None:
+        if code & 0xFF in _TRANSIENT_CODES:
+            raise StoreUnavailable(f"the database cannot be used now: {exc}") from exc
+    raise exc
 
 
 def _statements(script: str) -> list[str]:

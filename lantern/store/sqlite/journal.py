@@ -23,6 +23,11 @@ from lantern.store.records import (
 from lantern.store.sqlite.leases import Leases
 from lantern.store.sqlite.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _delivery, _event
 
+EVENTS = (
+    f"SELECT {_EVENT_COLUMNS}, NULL FROM journal_events WHERE run_id = ? AND seq > ? ORDER BY seq"
+)
+EVENTS_PAGE = EVENTS + " LIMIT ?"  # a range search on the primary key: the page, no more
+
 
 class Journal(Leases):
     def __init__(self, url: str) -> None:
@@ -125,22 +130,26 @@ class Journal(Leases):
             try:
                 return [await self._write(lambda c: _append_one(c, batch[0]))]
             except sqlite3.IntegrityError as exc:
-                return [_refused(batch[0], exc)]
+                landed = await self._read(lambda c: _landed(c, batch[0]))
+                return [None if landed else _refused(batch[0], exc)]
         return await self._write(lambda c: [_isolated(c, item) for item in batch])
 
-    async def events(self, run_id: str, *, after: int = 0, blobs: bool = False) -> list[Event]:
+    async def events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, blobs: bool = False
+    ) -> list[Event]:
+        # The primary key (run_id, seq) serves both the range and the order: a page costs
+        # the page, wherever it starts.
+        page = "" if limit is None else " LIMIT ?"
+        args: tuple[Any, ...] = (run_id, after) if limit is None else (run_id, after, limit)
         if blobs:
             sql = (
                 f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))}, b.body"
                 " FROM journal_events e LEFT JOIN blobs b ON b.digest = e.blob_digest"
-                " WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq"
+                f" WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq{page}"
             )
         else:
-            sql = (
-                f"SELECT {_EVENT_COLUMNS}, NULL FROM journal_events"
-                " WHERE run_id = ? AND seq > ? ORDER BY seq"
-            )
-        rows = await self._read(lambda c: c.execute(sql, (run_id, after)).fetchall())
+            sql = EVENTS if limit is None else EVENTS_PAGE
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall())
         return [_event(r, r[10]) for r in rows]
 
 
@@ -158,9 +167,22 @@ def _isolated(conn: sqlite3.Connection, item: Append) -> BaseException | None:
         outcome = _append_one(conn, item)
     except sqlite3.IntegrityError as exc:
         conn.execute("ROLLBACK TO one_append")
-        outcome = _refused(item, exc)
+        outcome = None if _landed(conn, item) else _refused(item, exc)
     conn.execute("RELEASE one_append")
     return outcome
+
+
+def _landed(conn: sqlite3.Connection, item: Append) -> bool:
+    """Whether this very append is already stored (sent again after a failed answer): its
+    last event collides with itself, same run, seq and hash."""
+    if not item.events or item.events[-1].hash is None:
+        return False  # an unchained event cannot be told from another at its seq
+    last = item.events[-1]
+    row = conn.execute(
+        "SELECT hash FROM journal_events WHERE run_id = ? AND seq = ?",
+        (item.lease.run_id, last.seq),
+    ).fetchone()
+    return row is not None and bool(row[0] == last.hash)
 
 
 def _refused(item: Append, exc: Exception) -> StoreError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from datetime import datetime
 
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
@@ -157,6 +158,21 @@ class Leases(SQLiteConnection):
         )
         args = (time.time() + ttl, lease.run_id, lease.epoch)
         return bool(await self._write(lambda c: c.execute(sql, args).rowcount))
+
+    async def renew_leases(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        sql = (
+            "UPDATE run_locks SET expires_at = ? WHERE run_id = ? AND epoch = ? AND expires_at > 0"
+        )
+
+        def tx(conn: sqlite3.Connection) -> set[str]:
+            until = time.time() + ttl
+            return {
+                lease.run_id
+                for lease in leases
+                if conn.execute(sql, (until, lease.run_id, lease.epoch)).rowcount
+            }
+
+        return await self._write(tx) if leases else set()
 
     async def release_lease(self, lease: Lease) -> None:
         # An unfinished run's lease expires now, so the sweep hands the run on; a finished

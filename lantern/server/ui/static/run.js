@@ -1,4 +1,4 @@
-// The run page: summary, waterfall, step details and deliveries, polled live until the run ends.
+// The run page: summary, waterfall, step details and deliveries, live until the run ends.
 
 import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { stepDetails } from "./details.js";
@@ -7,7 +7,9 @@ import { buildModel, provider, TERMINAL, ticks } from "./model.js";
 import { renderActions, whoAmI } from "./actions.js";
 import { anomalyText, decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
-const POLL_MS = 1000;
+const POLL_MS = 1000; // after a failed request
+const WAIT_S = 25; // how long one request waits for a commit
+const MIN_MS = 100;
 const page = document.getElementById("page");
 const runId = page.dataset.runId;
 const path = `/v1/runs/${encodeURIComponent(runId)}`;
@@ -65,12 +67,19 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-let nudge = null; // resolves the poll's sleep early, after an action from the page
+// Wake on the journal's next commit: the server holds the request until one lands (or
+// WAIT_S pass), instead of the page polling on a timer.
+async function nextCommit() {
+  const after = state.events.length ? state.events[state.events.length - 1].seq : 0;
+  const started = Date.now();
+  await state.get(`${path}/events?after=${after}&limit=1&wait=${WAIT_S}`);
+  if (Date.now() - started < MIN_MS) await sleep(MIN_MS); // commits in a burst: one render
+}
 
 async function follow(askForKey) {
   while (!state.finished) {
-    await Promise.race([sleep(POLL_MS), new Promise((resolve) => { nudge = resolve; })]);
     try {
+      await nextCommit();
       await refresh();
       pageMessage("");
     } catch (err) {
@@ -79,6 +88,7 @@ async function follow(askForKey) {
         return;
       }
       pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
+      await sleep(POLL_MS);
     }
     render();
   }
@@ -99,7 +109,8 @@ function render() {
   const model = buildModel(state.events, Date.now());
   renderSummary(model);
   renderActions({ get: state.get, me: state.me, run: state.run, model, finished: state.finished,
-    decided: state.decided, onAction: () => nudge && nudge() });
+    // An action's effect is a commit, which wakes the page's wait for the next one.
+    decided: state.decided, onAction: () => {} });
   renderAnomalies(model);
   renderWaterfall(model);
   renderDeliveries();
