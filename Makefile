@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck chromium bench clean
+.PHONY: demo test lint typecheck chromium runtime-packages bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,16 @@ chromium:
 	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
 		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
-test: lint typecheck chromium
+# The microVM tier's drivers (CONTRACT §11): bubblewrap, gVisor's runsc, QEMU and the kernel
+# and busybox the qemu driver's image is built from. All from Debian; nothing downloaded at run time.
+RUNTIME_PACKAGES := bubblewrap runsc qemu-system-x86 linux-image-cloud-amd64 busybox-static lz4
+runtime-packages:
+	@command -v bwrap >/dev/null && command -v runsc >/dev/null && command -v qemu-system-x86_64 >/dev/null \
+		&& ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 && dpkg -s busybox-static >/dev/null 2>&1 && command -v lz4 >/dev/null \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES) \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES))
+
+test: lint typecheck chromium runtime-packages
 	$(BIN)/python tests/pg_server.py ensure
 	$(BIN)/pytest -n 2 -q
 

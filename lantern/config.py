@@ -66,6 +66,8 @@ class Settings:
     max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
     body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
+    node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost (§11)
+    runtime_driver: str = "auto"  # LANTERN_RUNTIME_DRIVER: what `lantern node` isolates with
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -92,6 +94,8 @@ class Settings:
             max_connections=_integer(e, "LANTERN_MAX_CONNECTIONS", 1000),
             body_timeout=_duration(e, "LANTERN_BODY_TIMEOUT", "30s"),
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
+            node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),
+            runtime_driver=e.get("LANTERN_RUNTIME_DRIVER") or "auto",
         )
 
     @property

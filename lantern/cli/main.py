@@ -240,18 +240,37 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
 
 
 @cli.command()
+@click.argument("story", required=False, type=click.Choice(["microvm"]))
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".lantern/demo")
 )
-def demo(workdir: Path) -> None:
-    """The crash-and-resume story, offline: what `make demo` runs."""
+def demo(story: str | None, workdir: Path) -> None:
+    """The crash-and-resume story, offline: what `make demo` runs.
+
+    `lantern demo microvm`: a microVM run whose runtime node is SIGKILLed mid-step, resumed
+    on another runtime node with LANTERN_RESUME=1.
+    """
+    if story == "microvm":
+        from lantern.demo.microvm import tell as tell_microvm
+
+        sys.exit(tell_microvm(workdir / "microvm"))
     from lantern.demo.story import tell
 
     sys.exit(tell(workdir))
 
 
 def main() -> None:
-    from lantern.cli import journal, keys, operate, receipts, secrets, serve, webhooks, workers
+    from lantern.cli import (
+        journal,
+        keys,
+        operate,
+        receipts,
+        runtime,
+        secrets,
+        serve,
+        webhooks,
+        workers,
+    )
 
     cli.add_command(serve.serve)
     cli.add_command(keys.keys)
@@ -260,6 +279,8 @@ def main() -> None:
     cli.add_command(secrets.secrets)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
+    cli.add_command(runtime.runtime)
+    cli.add_command(runtime.node)
     runs.add_command(receipts.export_command)
     operate.install(runs, cli)
     cli(prog_name="lantern")

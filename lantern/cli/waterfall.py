@@ -136,6 +136,85 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class VmLane:
+    """One VM of a microVM run: where it ran, under what, and how it ended."""
+
+    vm_id: str
+    node_id: str
+    driver: str
+    attempt: int
+    resume: bool
+    start: float  # seconds from the run's first event: its vm_scheduled
+    duration: float | None  # None while it lives
+    ended: str  # exited | timeout | killed | node_lost | "" while it lives
+    served: int  # completed steps a resumed VM was served from the journal
+
+
+_VM_STYLE = {"exited": "green", "timeout": "red", "killed": "red", "node_lost": "red", "": "yellow"}
+
+
+def vm_lanes(events: Sequence[Event]) -> list[VmLane]:
+    """A lane per VM, in the order they were placed (the vm_* events of CONTRACT §7)."""
+    if not events:
+        return []
+    origin = events[0].at
+    placed: dict[str, tuple[datetime, Mapping[str, Any], int]] = {}
+    ends: dict[str, tuple[datetime, str]] = {}
+    completed = 0
+    for e in events:
+        if e.kind == ev.STEP_COMPLETED:
+            completed += 1
+        vm_id = e.data.get("vmId") if e.kind.startswith("vm_") else None
+        if not isinstance(vm_id, str):
+            continue
+        if e.kind == ev.VM_SCHEDULED:
+            placed[vm_id] = (e.at, e.data, completed)
+        elif e.kind in (ev.VM_EXITED, ev.VM_TERMINATED):
+            ends[vm_id] = (e.at, str(e.data.get("reason", "")))
+    lanes = []
+    for vm_id, (at, data, done) in placed.items():
+        end = ends.get(vm_id)
+        resume = bool(data.get("resume"))
+        lanes.append(
+            VmLane(
+                vm_id,
+                str(data.get("nodeId", "")),
+                str(data.get("driver", "")),
+                int(data.get("attempt", 1)),
+                resume,
+                (at - origin).total_seconds(),
+                None if end is None else (end[0] - at).total_seconds(),
+                "" if end is None else end[1],
+                done if resume else 0,
+            )
+        )
+    return lanes
+
+
+def render_vms(lanes: Sequence[VmLane], total: float, console: Console) -> None:
+    table = Table(box=None, pad_edge=False)
+    for column in ("vm", "node", "driver", "start", "duration", "", "ended"):
+        table.add_column(column, no_wrap=True)
+    for lane in lanes:
+        offset = int(lane.start / total * BAR_WIDTH)
+        length = max(1, int((lane.duration or 0) / total * BAR_WIDTH))
+        style = _VM_STYLE.get(lane.ended, "red")
+        table.add_row(
+            f"VM {lane.attempt}",
+            lane.node_id,
+            lane.driver,
+            f"+{lane.start * 1000:.0f}ms",
+            "…" if lane.duration is None else f"{lane.duration * 1000:.0f}ms",
+            Text(" " * offset + "█" * min(length, BAR_WIDTH - offset), style=style),
+            Text(lane.ended or "running", style=style),
+        )
+    console.print(table)
+    for lane in lanes:
+        note = f"LANTERN_RESUME=1, {lane.served} step(s) served from the journal"
+        console.print(f"  VM {lane.attempt}: {lane.vm_id}" + (f"; {note}" if lane.resume else ""))
+
+
 def render(
     run: Run,
     events: Sequence[Event],
@@ -143,7 +222,11 @@ def render(
     deliveries: Sequence[Delivery] = (),
 ) -> None:
     rows = step_rows(events)
-    total = max([r.start + (r.duration or 0) for r in rows] + [0.001])
+    lanes = vm_lanes(events)
+    ends = [r.start + (r.duration or 0) for r in rows] + [
+        v.start + (v.duration or 0) for v in lanes
+    ]
+    total = max([*ends, 0.001])
     recoveries = [e for e in events if e.kind == ev.RUN_RECOVERED]
     console.print(
         f"[bold]{run.id}[/]  agent {run.agent_name} v{run.agent_version}  "
@@ -168,6 +251,8 @@ def render(
             "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
         )
     console.print(table)
+    if lanes:  # a microVM run: a lane per VM, which node and driver, why it ended
+        render_vms(lanes, total, console)
     for r in rows:
         if r.model:  # which model answered, and who: "offline" says no provider was paid
             console.print(f"  {r.step_id}: model {r.model}")

@@ -34,6 +34,13 @@ ANOMALY_DETECTED: Final = "anomaly_detected"
 CONFIDENCE_EVALUATED: Final = notes.CONFIDENCE_EVALUATED
 CONFIDENCE_GATE_BYPASSED: Final = notes.CONFIDENCE_GATE_BYPASSED
 
+# -- a microVM's life (CONTRACT §11): data {vmId, nodeId, attempt}, and at its end
+# {exitCode, reason}: exited (the workload ended by itself), timeout, killed, node_lost ---------
+VM_SCHEDULED: Final = "vm_scheduled"
+VM_STARTED: Final = "vm_started"
+VM_EXITED: Final = "vm_exited"
+VM_TERMINATED: Final = "vm_terminated"
+
 # The kinds that end a run, and the run status each leaves.
 TERMINAL_KINDS: Final = frozenset({RUN_SUCCEEDED, RUN_FAILED, RUN_CANCELLED})
 FINAL_STATUS: Final = {RUN_SUCCEEDED: "succeeded", RUN_FAILED: "failed", RUN_CANCELLED: "cancelled"}
@@ -46,6 +53,10 @@ E_RECOVERY_EXHAUSTED: Final = "recovery_exhausted"
 E_MAX_TURNS: Final = "max_turns_exceeded"
 E_WHEN_FAILED: Final = "when_failed"  # an edge's ``when`` could not be evaluated
 E_BUDGET: Final = "budget_exceeded"  # carried by lantern.errors.BudgetExceeded.code
+E_MICROVM_EXHAUSTED: Final = "microvm_resume_exhausted"  # a microVM run lost its third VM
+E_WORKLOAD_FAILED: Final = "workload_failed"  # a microVM workload raised
+E_ENTRYPOINT_IMPORT: Final = "entrypoint_import"  # its entrypoint did not import
+E_TIMEOUT: Final = "timeout"  # it ran past its timeoutS
 
 CANCELLED: Final = {"code": E_CANCELLED, "message": "the run was cancelled on request"}
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lantern import limits
 from lantern.engine import anomalies, when
+from lantern.engine.microvm import MicroVmAgent, parse_microvm
 from lantern.errors import DefinitionError, UsageError
 from lantern.models import registry
 from lantern.models.budget import budget_problems
@@ -126,7 +127,7 @@ GRAPH_FIELDS = frozenset(
 )
 
 
-def parse_agent(definition: Any) -> Graph | PlainAgent:
+def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
     """Validate a whole agent definition and return its graph, or raise DefinitionError."""
     if not isinstance(definition, dict):
         raise DefinitionError(["the definition must be a JSON object"])
@@ -140,6 +141,11 @@ def parse_agent(definition: Any) -> Graph | PlainAgent:
         problems += budget_problems("the agent", definition["budget"])
     if "anomalies" in definition:
         anomalies.check_config(definition["anomalies"], problems)
+    if "runtime" in definition:
+        agent = parse_microvm(str(name), definition, problems)
+        if problems:
+            raise DefinitionError(problems)
+        return agent
     graph = definition.get("graph")
     if graph is None:
         if "model" in definition:

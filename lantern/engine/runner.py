@@ -28,6 +28,7 @@ from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.graph_drive import GraphDrive
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
+from lantern.engine.microvm import MicroVmAgent
 from lantern.errors import NotFound, StoreUnavailable
 from lantern.models import registry
 from lantern.models.registry import Models
@@ -58,10 +59,14 @@ class Runner:
         step_timeout: float | None = None,
         live: LiveText | None = None,
         vault: Callable[[], Vault] | None = None,
+        microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
         self._vault = vault  # made on first use: most runs never open a secret
+        # A microVM run is not driven here: this hands it, with its lease, to the tier's
+        # scheduler (resumeMicroVMRun). Without one the lease is let go for a replica that has.
+        self.microvm = microvm
         self.live = live or LiveText()  # model steps' text as it is generated (not journaled)
         self.on_queued = on_queued  # a run was queued here (a child): look for work now
         self.issue_receipt = issue_receipt  # called with a run's id once it has finished
@@ -72,7 +77,7 @@ class Runner:
         self.http = http
         self.models = models or registry.default()  # the providers and routes of model steps
         self.stopping = stopping or asyncio.Event()
-        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent] = {}
+        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent] = {}
         self.retry_rates = RetryRates()
         self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
@@ -146,7 +151,10 @@ class Runner:
                 lease = None
 
     async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
-        graph = await self._graph(run)
+        agent = await self._graph(run)
+        if isinstance(agent, MicroVmAgent):
+            return await self._hand_off(run, lease)
+        graph = agent
         drive = await under_lease(self, run, lambda: _new_drive(self, run, graph), lease)
         if drive is None:
             return None
@@ -164,7 +172,18 @@ class Runner:
             updated_at=datetime.now(UTC),
         )
 
-    async def _graph(self, run: Run) -> Graph | PlainAgent:
+    async def _hand_off(self, run: Run, lease: Lease | None) -> Run | None:
+        if lease is None:
+            lease = await self.store.acquire_lease(run.id, self.worker_id, self.keeper.ttl)
+            if lease is None:
+                return None
+        if self.microvm is None:
+            await self.store.release_lease(lease)
+        else:
+            await self.microvm(run, lease)
+        return await self.store.get_run(run.id)
+
+    async def _graph(self, run: Run) -> Graph | PlainAgent | MicroVmAgent:
         key = (run.workspace, run.agent_name, run.agent_version)
         graph = self._graphs.get(key)
         if graph is None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from lantern import config, limits
 from lantern.engine.graph import parse_agent
+from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.validate import Knows, tool_problems
 from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
@@ -35,7 +36,33 @@ async def apply_agent(
     template parsed): it runs on a thread, so the event loop every tenant shares keeps
     answering meanwhile."""
     graph = await asyncio.to_thread(_validated, definition, knows_tool)
+    if isinstance(graph, MicroVmAgent):
+        await check_runnable(store, graph)
     return await store.put_agent(workspace, graph.name, definition)
+
+
+async def check_runnable(store: Store, agent: MicroVmAgent) -> None:
+    """Refuse a microVM agent no registered runtime node could ever run: a driver none runs,
+    or more memory than the largest has (with no node registered yet, the run will wait)."""
+    nodes = await store.list_nodes()
+    if not nodes:
+        return
+    problems = []
+    drivers = sorted({n.driver for n in nodes})
+    able = [n for n in nodes if agent.driver in ("auto", n.driver)]
+    if not able:
+        problems.append(
+            f"runtime.driver {agent.driver!r} runs on no runtime node here;"
+            f" the nodes run: {', '.join(drivers)}"
+        )
+    largest = max(n.memory_mb for n in (able or nodes))
+    if agent.memory_mb > largest:
+        problems.append(
+            f"runtime.memoryMb {agent.memory_mb} is above every runtime node's memory"
+            f" (the largest has {largest} MB)"
+        )
+    if problems:
+        raise DefinitionError(problems)
 
 
 def _validated(definition: Any, knows_tool: Knows | None = None) -> Any:

@@ -22,7 +22,7 @@ from lantern.engine.runner import Runner
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
-from lantern.store.records import Lease
+from lantern.store.records import Lease, Run
 
 log = logging.getLogger("lantern.worker")
 
@@ -45,9 +45,11 @@ class Worker:
         step_timeout: float | None = None,
         egress: EgressPolicy | None = None,
         vault: Vault | None = None,
+        microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.step_timeout = step_timeout
+        self.microvm = microvm
         # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
         self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
         self._vault = vault
@@ -91,6 +93,7 @@ class Worker:
             step_timeout=self.step_timeout,
             vault=self.vault,
             live=self.live,
+            microvm=self.microvm,
         )
         return self
 

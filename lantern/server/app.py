@@ -21,6 +21,8 @@ from lantern.effects.egress import EgressPolicy
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
+from lantern.runtime.relay import Relay
+from lantern.runtime.scheduler import Scheduler
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.server import problems
@@ -34,6 +36,7 @@ from lantern.server.routes import (
     operate,
     receipts,
     runs,
+    runtime,
     secrets,
     stream,
     ui,
@@ -49,6 +52,17 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
+        scheduler = Scheduler(
+            store,
+            worker_id=settings.worker_id,
+            node_ttl=settings.node_ttl,
+            lease_ttl=settings.lease_ttl,
+            listeners=tools.commit_listeners,
+        )
+        api.state.runtime = (
+            scheduler,
+            Relay(store, listeners=tools.commit_listeners, finished=issuer.after_finish),
+        )
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(
             store,
@@ -62,17 +76,22 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             step_timeout=settings.step_timeout,
             egress=EgressPolicy.parse(settings.egress_allow),
             vault=vault,
+            microvm=scheduler.adopt,
         )
         async with worker:
             api.state.services = Services(
                 store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
             )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
+            scheduling = asyncio.create_task(
+                scheduler.run(worker.stopping), name="lantern-scheduler"
+            )
             try:
                 yield
             finally:
                 await worker.stop(grace)
                 await serving
+                await scheduling
         await store.close()
         tracing.shutdown()  # flushes the spans still batched
 
@@ -83,7 +102,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, stream, agents, secrets, workers, health, receipts, ui, operate):
+    for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

@@ -30,6 +30,7 @@ from lantern.store.records import (
     StoredReceipt,
     WorkerInfo,
 )
+from lantern.store.runtime import RuntimeStore
 
 
 class JournalStore(Protocol):
@@ -268,7 +269,9 @@ class SecretStore(Protocol):
         """The workspace's secrets as stored, for the executor to open."""
 
 
-class Store(JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, Protocol):
+class Store(
+    JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, RuntimeStore, Protocol
+):
     """What the engine needs from a database, in the domain's words: the role Protocols above,
     which a part of the code may ask for alone (a drive needs a journal and leases).
 

@@ -7,9 +7,10 @@ from lantern.store.postgres.leases import Leases
 from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.quotas import Quotas
 from lantern.store.postgres.runs import Runs
+from lantern.store.postgres.runtime import Runtime
 from lantern.store.postgres.secrets import Secrets
 from lantern.store.postgres.signing import Signing
 
 
-class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Operations):
+class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -171,7 +171,38 @@ export function buildModel(events, now) {
     }
     for (const wait of s.waits) if (wait.end === null) { wait.end = end; wait.open = true; }
   }
-  return { origin, end, steps: [...steps.values()], bands, anomalies, terminal };
+  return { origin, end, steps: [...steps.values()], bands, anomalies, terminal, vms: vmLanes(events, end) };
+}
+
+/**
+ * A microVM run's VMs (the vm_* events): one lane each, with its runtime node, driver, attempt,
+ * how it ended, and for a resumed VM how many completed steps the journal served it.
+ */
+export function vmLanes(events, end) {
+  const lanes = new Map();
+  let completed = 0;
+  for (const e of events) {
+    if (e.kind === "step_completed") completed += 1;
+    const data = e.data || {};
+    if (!e.kind.startsWith("vm_") || typeof data.vmId !== "string") continue;
+    const at = parseAt(e.at);
+    if (e.kind === "vm_scheduled") {
+      lanes.set(data.vmId, {
+        vmId: data.vmId, nodeId: data.nodeId, driver: data.driver, attempt: data.attempt,
+        resume: Boolean(data.resume), start: at, booted: null, end: null, reason: "",
+        served: data.resume ? completed : 0,
+      });
+    }
+    const lane = lanes.get(data.vmId);
+    if (!lane) continue;
+    if (e.kind === "vm_started") lane.booted = at;
+    if (e.kind === "vm_exited" || e.kind === "vm_terminated") {
+      lane.end = at;
+      lane.reason = data.reason || "";
+    }
+  }
+  for (const lane of lanes.values()) if (lane.end === null) { lane.end = end; lane.open = true; }
+  return [...lanes.values()];
 }
 
 /** "offline" when the step's output says the built-in offline provider made it. */

@@ -265,8 +265,31 @@ function renderWaterfall(model) {
     h("div", { class: "head" }, h("div", { class: "label" }, "Step"), axis),
     h("div", { class: "rows" },
       h("div", { class: "bands" }, bands, lines),
-      model.steps.map((s) => stepRow(model, s))),
+      model.steps.map((s) => stepRow(model, s)),
+      model.vms.map((vm) => vmRow(model, vm))),
   );
+}
+
+// A microVM run's VM as a lane of its own: which runtime node and driver (gVisor and bubblewrap
+// are named for what they are), why it ended, and what a resumed VM was served from the journal.
+function vmRow(model, vm) {
+  const ended = vm.open ? "running" : vm.reason;
+  const lost = ["killed", "node_lost", "timeout"].includes(vm.reason);
+  const resumed = vm.resume ? `LANTERN_RESUME=1, ${vm.served} step(s) served from the journal` : "";
+  return h("div", { class: "row vm", "data-vm": vm.vmId },
+    h("div", { class: "label" },
+      h("div", { class: "name" }, h("strong", {}, `VM ${vm.attempt}`), " ",
+        h("span", { class: "type" }, `${vm.driver} on ${vm.nodeId}`)),
+      h("div", { class: "facts" },
+        h("span", { class: `status ${lost ? "failed" : vm.open ? "in-flight" : "completed"}` }, ended),
+        h("span", { class: "muted" }, ` ${vm.vmId}`),
+        resumed ? h("span", { class: "badge replayed" }, resumed) : null)),
+    h("div", { class: "track" },
+      h("div", {
+        class: `bar ${lost ? "failed" : vm.open ? "in-flight" : "completed"}`,
+        style: place(model, vm.start, vm.end),
+        title: `${vm.vmId} (${vm.driver}) on ${vm.nodeId}, attempt ${vm.attempt}: ${ended}`,
+      }, `VM ${vm.attempt}: ${ended}`)));
 }
 
 function renderDeliveries() {

@@ -170,3 +170,46 @@ CREATE TABLE workspace_claims (
     workspace   text PRIMARY KEY,
     claimed_at  timestamptz NOT NULL
 );
+
+CREATE TABLE runtime_nodes (
+    node_id       text        PRIMARY KEY,
+    driver        text        NOT NULL,
+    capacity      integer     NOT NULL CHECK (capacity > 0),
+    memory_mb     integer     NOT NULL CHECK (memory_mb > 0),
+    labels        jsonb       NOT NULL,
+    started_at    timestamptz NOT NULL,
+    heartbeat_at  timestamptz NOT NULL,
+    lost_at       timestamptz
+);
+
+CREATE TABLE runtime_vms (
+    vm_id         text        PRIMARY KEY,
+    run_id        text        NOT NULL REFERENCES runs (id),
+    node_id       text        NOT NULL,
+    driver        text        NOT NULL,
+    attempt       integer     NOT NULL,
+    state         text        NOT NULL
+        CHECK (state IN ('scheduled', 'starting', 'running', 'exited', 'terminated')),
+    reason        text,
+    exit_code     integer,
+    token_digest  text,
+    lease_epoch   bigint,
+    memory_mb     integer     NOT NULL,
+    resume        boolean     NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL,
+    started_at    timestamptz,
+    ended_at      timestamptz
+);
+CREATE UNIQUE INDEX runtime_vms_attempt ON runtime_vms (run_id, attempt);
+CREATE UNIQUE INDEX runtime_vms_one_live ON runtime_vms (run_id)
+    WHERE state IN ('scheduled', 'starting', 'running');
+CREATE INDEX runtime_vms_live ON runtime_vms (node_id, state)
+    WHERE state IN ('scheduled', 'starting', 'running');
+
+CREATE TABLE named_leases (
+    name        text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    epoch       bigint      NOT NULL,
+    since       timestamptz NOT NULL
+);

@@ -163,3 +163,46 @@ CREATE TABLE workspace_claims (
     workspace   TEXT PRIMARY KEY,
     claimed_at  REAL NOT NULL
 );
+
+CREATE TABLE runtime_nodes (
+    node_id       TEXT    PRIMARY KEY,
+    driver        TEXT    NOT NULL,
+    capacity      INTEGER NOT NULL CHECK (capacity > 0),
+    memory_mb     INTEGER NOT NULL CHECK (memory_mb > 0),
+    labels        TEXT    NOT NULL,
+    started_at    REAL    NOT NULL,
+    heartbeat_at  REAL    NOT NULL,
+    lost_at       REAL
+);
+
+CREATE TABLE runtime_vms (
+    vm_id         TEXT    PRIMARY KEY,
+    run_id        TEXT    NOT NULL REFERENCES runs (id),
+    node_id       TEXT    NOT NULL,
+    driver        TEXT    NOT NULL,
+    attempt       INTEGER NOT NULL,
+    state         TEXT    NOT NULL
+        CHECK (state IN ('scheduled', 'starting', 'running', 'exited', 'terminated')),
+    reason        TEXT,
+    exit_code     INTEGER,
+    token_digest  TEXT,
+    lease_epoch   INTEGER,
+    memory_mb     INTEGER NOT NULL,
+    resume        INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL    NOT NULL,
+    started_at    REAL,
+    ended_at      REAL
+);
+CREATE UNIQUE INDEX runtime_vms_attempt ON runtime_vms (run_id, attempt);
+CREATE UNIQUE INDEX runtime_vms_one_live ON runtime_vms (run_id)
+    WHERE state IN ('scheduled', 'starting', 'running');
+CREATE INDEX runtime_vms_live ON runtime_vms (node_id, state)
+    WHERE state IN ('scheduled', 'starting', 'running');
+
+CREATE TABLE named_leases (
+    name        TEXT    PRIMARY KEY,
+    holder      TEXT    NOT NULL,
+    expires_at  REAL    NOT NULL,
+    epoch       INTEGER NOT NULL,
+    since       REAL    NOT NULL
+);

@@ -1,0 +1,151 @@
+"""The microVM tier's figures, per driver, with real `lantern serve` and `lantern node` processes.
+
+For each driver that works here (``--drivers``, default every one ``lantern runtime check``
+finds working):
+
+- **placement -> first step**: from ``vm_scheduled`` to the workload's first ``step_started``
+  (journal times), p50 and p99 over ``--runs`` runs one after another;
+- **VM start**: from ``vm_scheduled`` to ``vm_started`` (the runtime node took the placement,
+  took the run lease, booted the VM), p50 and p99;
+- **VMs at once at 128 MB**: ``--burst`` runs of a workload that holds its VM, on one runtime
+  node with room for all of them; the most VMs that were ``running`` together;
+- **node loss -> resumed first step**: two runtime nodes, the one running a VM is SIGKILLed
+  mid-step; from the kill to the resumed VM's first ``step_started``, against
+  ``LANTERN_NODE_TTL`` + 2 s.
+
+Targets (issue 16): sandbox start under 50 ms, gvisor under 1.5 s, qemu under 3 s with
+software emulation; resume after node loss within LANTERN_NODE_TTL + 2 s. The machine's load
+shows in every figure alike; compare drivers as ratios within one run.
+
+    .venv/bin/python bench/vms.py [--drivers sandbox,gvisor,qemu] [--runs 20] [--burst 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lantern.durations import parse_duration  # noqa: E402
+from lantern.runtime.drivers import DRIVERS, probe, use_image  # noqa: E402
+from lantern.runtime.image import build  # noqa: E402
+from tests.runtime.cluster import FAST, Cluster  # noqa: E402
+
+
+def at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def first(events: list[dict[str, Any]], kind: str, after: float = 0) -> dict[str, Any] | None:
+    return next((e for e in events if e["kind"] == kind and at(e) >= after), None)
+
+
+def latencies(cluster: Cluster, runs: int) -> tuple[list[float], list[float]]:
+    to_step, to_start = [], []
+    for _ in range(runs):
+        run_id = cluster.start_run("one", {})
+        run = cluster.finished(run_id, timeout=300)
+        assert run["status"] == "succeeded", run
+        events = cluster.events(run_id)
+        placed = first(events, "vm_scheduled")
+        started = first(events, "vm_started")
+        step = first(events, "step_started")
+        assert placed and started and step
+        to_step.append(at(step) - at(placed))
+        to_start.append(at(started) - at(placed))
+    return to_step, to_start
+
+
+def burst(cluster: Cluster, n: int) -> int:
+    ids = [cluster.start_run("hold", {"seconds": 20}) for _ in range(n)]
+    most = 0
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = [v["state"] for run_id in ids for v in cluster.vms(run_id)]
+        most = max(most, states.count("running"))
+        runs = [cluster.ok("GET", f"/v1/runs/{r}")["status"] for r in ids]
+        if all(s in ("succeeded", "failed") for s in runs):
+            return most
+        time.sleep(0.5)
+    return most
+
+
+def node_loss(cluster: Cluster, nodes: dict[str, Any]) -> float:
+    run_id = cluster.start_run("hold", {"seconds": 120})
+    cluster.wait_for(
+        lambda: len([e for e in cluster.events(run_id) if e["kind"] == "step_started"]) >= 2, 300
+    )
+    [vm] = cluster.vms(run_id)
+    killed = time.time()
+    nodes[vm["nodeId"]].signal(signal.SIGKILL)
+    cluster.finished(run_id, timeout=300)
+    resumed = first(cluster.events(run_id), "step_started", after=killed)
+    assert resumed is not None
+    return at(resumed) - killed
+
+
+def bench(driver: str, runs: int, n: int, image: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="lantern-bench-vms-") as tmp:
+        cluster = Cluster(f"sqlite:///{tmp}/lantern.db", Path(tmp)).serve()
+        env = {"LANTERN_DATA_DIR": str(image.parent)}  # the qemu driver's image is under it
+        try:
+            cluster.agent("one", "bench_jobs:one", driver=driver, memoryMb=128)
+            cluster.agent("hold", "bench_jobs:hold", driver=driver, memoryMb=128)
+            a = cluster.node(f"{driver}-a", driver=driver, capacity=max(n, 2), env=env)
+            to_step, to_start = latencies(cluster, runs)
+            most = burst(cluster, n)
+            b = cluster.node(f"{driver}-b", driver=driver, env=env)
+            time.sleep(2)
+            loss = node_loss(cluster, {a.node_id: a, b.node_id: b})
+        finally:
+            cluster.close()
+    return {"to_step": to_step, "to_start": to_start, "burst": most, "loss": loss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--drivers", default="")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--burst", type=int, default=16)
+    args = parser.parse_args()
+    image = Path(tempfile.mkdtemp(prefix="lantern-bench-image-")) / "runtime"
+    build(image)
+    use_image(image)
+    names = [d for d in args.drivers.split(",") if d] or [
+        d.name for d in DRIVERS.values() if asyncio.run(probe(d)).works
+    ]
+    ttl = parse_duration(FAST["LANTERN_NODE_TTL"])
+    print(
+        f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; LANTERN_NODE_TTL {ttl:g} s"
+    )
+    header = ("driver", "-> first step p50/p99", "VM start p50/p99", "at once @128MB", "node loss")
+    print(f"{header[0]:8} {header[1]:>22} {header[2]:>18} {header[3]:>15} {header[4]:>10}")
+    for name in names:
+        r = bench(name, args.runs, args.burst, image)
+        step = f"{ms(r['to_step'], 0.5)}/{ms(r['to_step'], 0.99)} ms"
+        start = f"{ms(r['to_start'], 0.5)}/{ms(r['to_start'], 0.99)} ms"
+        held = f"{r['burst']}/{args.burst}"
+        print(f"{name:8} {step:>22} {start:>18} {held:>15} {r['loss']:>8.2f} s")
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{pct(values, q) * 1000:.0f}"
+
+
+if __name__ == "__main__":
+    main()

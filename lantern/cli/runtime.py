@@ -1,0 +1,186 @@
+"""``lantern runtime ...``: the microVM tier's drivers, runtime nodes and VMs (CONTRACT §3)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from lantern.cli.common import console, run
+
+
+@click.group()
+def runtime() -> None:
+    """The microVM tier: drivers, runtime nodes and their VMs."""
+
+
+def image_dir() -> Path:
+    """Where build-image writes the qemu driver's image, and where the driver reads it."""
+    from lantern.cli.common import settings
+
+    return settings(click.get_current_context()).data_path / "runtime"
+
+
+@runtime.command("build-image")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+def build_image(out: Path | None) -> None:
+    """Build the kernel and initramfs the qemu driver boots, from this host's packages."""
+    from lantern.cli.common import fail
+    from lantern.runtime.image import ImageError, build
+
+    target = out or image_dir()
+    try:
+        vmlinux, initramfs = build(target)
+    except (ImageError, OSError) as exc:
+        fail(str(exc), 1)
+    click.echo(f"{vmlinux} ({vmlinux.stat().st_size // 1024} KiB)")
+    click.echo(f"{initramfs} ({initramfs.stat().st_size // 1024} KiB)")
+
+
+@runtime.command("check")
+def check() -> None:
+    """Which drivers work on this host, and why the others don't (exit 0 when one works)."""
+    from lantern.runtime.drivers import check as check_drivers
+    from lantern.runtime.drivers import use_image
+
+    use_image(image_dir())
+
+    async def body() -> int:
+        found = await check_drivers()
+        table = Table("driver", "works", "isolation", "why", "seconds")
+        for c in found:
+            table.add_row(
+                c.driver, "yes" if c.works else "no", c.isolation, c.why, f"{c.seconds:.2f}"
+            )
+        console().print(table)
+        best = [c.driver for c in found if c.works]
+        if best:
+            click.echo(f"auto: {best[0]}")
+            return 0
+        click.echo("error: no driver works on this host", err=True)
+        return 1
+
+    sys.exit(run(body))
+
+
+@runtime.command("nodes")
+def nodes() -> None:
+    """The runtime nodes, their drivers, capacity and heartbeats."""
+    from lantern.cli.common import opened, settings
+    from lantern.runtime.views import node_json
+
+    s = settings(click.get_current_context())
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = [node_json(n, s.node_ttl) for n in await store.list_nodes()]
+        table = Table("node", "driver", "state", "running", "capacity", "labels", "heartbeat")
+        for n in found:
+            labels = ",".join(f"{k}={v}" for k, v in n["labels"].items())
+            table.add_row(
+                n["nodeId"], n["driver"], n["state"], str(n["running"]), str(n["capacity"]),
+                labels, n["heartbeatAt"],
+            )  # fmt: skip
+        console().print(table)
+
+    run(body)
+
+
+@runtime.command("vms")
+@click.argument("run_id", required=False)
+def vms(run_id: str | None) -> None:
+    """VMs, newest first (or RUN_ID's, oldest first): node, driver, state and why it ended."""
+    from lantern.cli.common import opened, settings
+    from lantern.runtime.views import vm_json
+
+    s = settings(click.get_current_context())
+
+    async def body() -> None:
+        async with opened(s) as store:
+            found = await store.run_vms(run_id) if run_id else await store.list_vms()
+        table = Table("vm", "run", "attempt", "node", "driver", "state", "reason", "exit")
+        for v in map(vm_json, found):
+            table.add_row(
+                v["vmId"], v["runId"], str(v["attempt"]), v["nodeId"], v["driver"], v["state"],
+                v["reason"] or "", "" if v["exitCode"] is None else str(v["exitCode"]),
+            )  # fmt: skip
+        console().print(table)
+
+    run(body)
+
+
+@click.command("node")
+@click.option(
+    "--driver", default=None, help="qemu, gvisor, sandbox or auto (LANTERN_RUNTIME_DRIVER)."
+)
+@click.option("--capacity", type=click.IntRange(1, 1024), default=4, help="VMs at once.")
+@click.option("--memory-mb", type=click.IntRange(64), default=4096, help="Memory of all its VMs.")
+@click.option("--labels", default="", help="k=v,... shown with the node.")
+@click.option(
+    "--app",
+    "app_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=Path("."),
+    help="The app directory VMs import entrypoints from (read-only).",
+)
+@click.option("--node-id", default=None, help="Default: host name and process id.")
+def node(
+    driver: str | None,
+    capacity: int,
+    memory_mb: int,
+    labels: str,
+    app_dir: Path,
+    node_id: str | None,
+) -> None:
+    """A runtime node of the microVM tier: registers, heartbeats, runs the VMs placed on it."""
+    import asyncio
+    import os
+    import signal
+    import socket
+
+    from lantern.cli.common import fail, opened, settings
+    from lantern.runtime.drivers import DriverUnavailable, pick, use_image
+    from lantern.runtime.node import Node
+
+    use_image(image_dir())
+    s = settings(click.get_current_context())
+    found: dict[str, str] = {}
+    for pair in filter(None, labels.split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--labels wants k=v pairs, not {pair!r}", 2)
+        found[key] = value
+    control = os.environ.get("LANTERN_URL")
+    if not control:
+        fail("lantern node needs LANTERN_URL: the control plane it relays reports to", 2)
+    name = driver or s.runtime_driver
+    app_path = app_dir.resolve()
+
+    async def body() -> None:
+        try:
+            chosen, _ = await pick(name)
+        except DriverUnavailable as exc:
+            fail(str(exc), 2)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        async with opened(s) as store:
+            runtime_node = Node(
+                store,
+                chosen,
+                node_id=node_id or f"{socket.gethostname()}:node-{os.getpid()}",
+                control_url=str(control),
+                app_dir=app_path,
+                capacity=capacity,
+                memory_mb=memory_mb,
+                labels=found,
+                node_ttl=s.node_ttl,
+                lease_ttl=s.lease_ttl,
+            )
+            click.echo(f"runtime node {runtime_node.node_id}: driver {chosen.name}", err=True)
+            await runtime_node.serve(stopping)
+
+    run(body)

@@ -1,0 +1,320 @@
+"""A runtime node (``lantern node``): registers, heartbeats, starts the VMs placed on it,
+relays their reports to the control plane and holds each run's lease while its VM lives.
+
+Per VM: take the run lease (its epoch goes on the VM's row, and fences every report), make a
+token (only its digest is stored), start the VM under the driver, tell the control plane it
+started, then answer the VM's channel: ``hello`` (the run), ``steps`` (a resumed VM's completed
+steps, from ``GET /v1/runtime/steps``), ``report`` (relayed to ``POST /v1/runtime/report``),
+``done``/``failed`` (the workload's own end). A VM whose report is refused (409: it is no
+longer the run's live VM) is killed; so is one whose lease cannot be renewed, and one that
+runs past ``timeoutS``. A VM that ends without saying how is reported ``killed`` and its lease
+expired at once, so the scheduler resumes the run on another node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lantern.engine import events as ev
+from lantern.engine.graph import parse_agent
+from lantern.engine.microvm import MicroVmAgent
+from lantern.runtime.channel import Refused, serve
+from lantern.runtime.drivers import Driver, Vm, VmSpec
+from lantern.runtime.relay import STEP_KINDS, digest, new_token
+from lantern.store.base import Store
+from lantern.store.records import Lease
+from lantern.store.runtime import RuntimeNode
+from lantern.store.runtime import Vm as VmRow
+
+log = logging.getLogger("lantern.node")
+
+
+@dataclass
+class Running:
+    row: VmRow
+    lease: Lease
+    token: str
+    handle: Vm | None = None
+    ended: bool = False  # the control plane was told how the VM ended
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Node:
+    def __init__(
+        self,
+        store: Store,
+        driver: Driver,
+        *,
+        node_id: str,
+        control_url: str,
+        app_dir: Path,
+        capacity: int = 4,
+        memory_mb: int = 4096,
+        labels: dict[str, str] | None = None,
+        node_ttl: float = 15.0,
+        lease_ttl: float = 60.0,
+        poll: float = 0.1,
+        workdir: Path | None = None,
+    ) -> None:
+        self.store = store
+        self.driver = driver
+        self.node_id = node_id
+        self.control_url = control_url.rstrip("/")
+        self.app_dir = app_dir
+        self.capacity = capacity
+        self.memory_mb = memory_mb
+        self.labels = labels or {}
+        self.node_ttl = node_ttl
+        self.lease_ttl = lease_ttl
+        self.poll = poll
+        self.workdir = workdir
+        self.vms: dict[str, Running] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._http = httpx.AsyncClient(timeout=30)
+
+    async def serve(self, stopping: asyncio.Event) -> None:
+        now = datetime.now(UTC)
+        await self.store.register_node(
+            RuntimeNode(
+                self.node_id, self.driver.name, self.capacity, self.memory_mb, self.labels, now, now
+            )
+        )
+        log.info("runtime node %s up (driver %s)", self.node_id, self.driver.name)
+        beats = asyncio.create_task(self._heartbeats(stopping))
+        try:
+            while not stopping.is_set():
+                try:
+                    await self._take_placed()
+                except Exception as exc:  # the database is away: try again
+                    log.warning("could not read placements: %s", exc)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), self.poll)
+        finally:
+            beats.cancel()
+            for running in self.vms.values():
+                if running.handle is not None:
+                    running.handle.kill()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            with suppress(Exception):
+                await self.store.node_stopped(self.node_id)
+            await self._http.aclose()
+
+    async def _heartbeats(self, stopping: asyncio.Event) -> None:
+        every = self.node_ttl / 3
+        while not stopping.is_set():
+            try:
+                await self.store.heartbeat_node(self.node_id)
+                await self._check_live()
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), every)
+
+    async def _check_live(self) -> None:
+        """Stop a VM the control plane ended (this node was thought lost, say)."""
+        for vm_id, running in list(self.vms.items()):
+            row = await self.store.get_vm(vm_id)
+            if (row is None or not row.live) and running.handle is not None:
+                log.warning(
+                    "VM %s is %s on the control plane: stopping it", vm_id, row and row.state
+                )
+                running.ended = True
+                running.handle.kill()
+
+    async def _take_placed(self) -> None:
+        for row in await self.store.node_vms(self.node_id):
+            if row.state == "scheduled" and row.vm_id not in self.vms:
+                await self._take(row)
+
+    async def _take(self, row: VmRow) -> None:
+        lease = await self.store.acquire_lease(row.run_id, self.node_id, self.lease_ttl)
+        if lease is None:
+            return  # the scheduler or a sweep still holds it for a moment: next poll
+        token = new_token(row.vm_id, secrets.token_urlsafe(24))
+        if not await self.store.take_vm(row.vm_id, self.node_id, digest(token), lease.epoch):
+            await self.store.release_lease(lease)
+            return
+        running = Running(row, lease, token)
+        self.vms[row.vm_id] = running
+        task = asyncio.create_task(self._run(running), name=f"vm {row.vm_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, running: Running) -> None:
+        row = running.row
+        try:
+            await self._live(running)
+        except Exception:
+            log.exception("VM %s of run %s failed on this node", row.vm_id, row.run_id)
+        finally:
+            if running.handle is not None:
+                running.handle.kill()
+            if not running.ended:
+                with suppress(Exception):
+                    await self._send(running, [{"kind": ev.VM_TERMINATED, "reason": "killed"}])
+            if not running.ended:
+                # The control plane did not hear of the end (it is away): end the row at least,
+                # or the run would keep a live VM that is gone and never be resumed.
+                with suppress(Exception):
+                    await self.store.end_vm(row.vm_id, "terminated", "killed", None)
+            # Hand the run on at once: the scheduler resumes it without waiting for the TTL.
+            with suppress(Exception):
+                await self.store.release_lease(running.lease)
+            self.vms.pop(row.vm_id, None)
+
+    async def _live(self, running: Running) -> None:
+        row = running.row
+        run = await self.store.get_run(row.run_id)
+        agent = await self._agent(row)
+        if run is None or agent is None:
+            return
+        spec = VmSpec(
+            row.vm_id,
+            self.app_dir,
+            env={"LANTERN_RESUME": "1"} if row.resume else {},
+            memory_mb=row.memory_mb,
+            vcpus=agent.vcpus,
+            workdir=None if self.workdir is None else self.workdir / row.vm_id,
+        )
+        running.handle = handle = await self.driver.start(spec)
+        if not await self._send(running, [{"kind": ev.VM_STARTED}]):
+            return
+        keeper = asyncio.create_task(self._keep(running))
+        outcome: dict[str, Any] = {}
+
+        async def handle_request(op: str, request: dict[str, Any]) -> Any:
+            if op == "hello":
+                return {"runId": row.run_id, "entrypoint": agent.entrypoint, "input": run.input}
+            if op == "steps":
+                return await self._steps(running)
+            if op == "report":
+                events = request.get("events")
+                if not isinstance(events, list) or any(
+                    not isinstance(e, dict) or e.get("kind") not in STEP_KINDS for e in events
+                ):
+                    raise Refused("a VM reports step events only", 422)
+                await self._relay(running, events)
+                return None
+            if op in ("done", "failed"):
+                outcome[op] = request
+                return None
+            raise Refused(f"unknown request {op!r}", 400)
+
+        started = time.monotonic()
+        try:
+            served = asyncio.ensure_future(
+                asyncio.gather(serve(handle, handle_request), handle.wait())
+            )
+            try:
+                _, code = await asyncio.wait_for(served, agent.timeout_s)
+            except TimeoutError:
+                handle.kill()
+                took = round(time.monotonic() - started)
+                message = (
+                    f"the workload ran past timeoutS ({agent.timeout_s} s; killed after {took} s)"
+                )
+                await self._send(
+                    running,
+                    [{"kind": ev.VM_TERMINATED, "reason": "timeout", "message": message}],
+                )
+                return
+        finally:
+            keeper.cancel()
+        if running.ended:
+            return
+        if "done" in outcome:
+            end = {"output": outcome["done"].get("output")}
+        elif "failed" in outcome:
+            end = {"error": outcome["failed"].get("error")}
+        else:
+            log.warning(
+                "VM %s ended without an outcome (exit %s): %s", row.vm_id, code, handle.log[-500:]
+            )
+            await self._send(
+                running, [{"kind": ev.VM_TERMINATED, "reason": "killed", "exitCode": code}]
+            )
+            return
+        await self._send(running, [{"kind": ev.VM_EXITED, "exitCode": code, "outcome": end}])
+
+    async def _keep(self, running: Running) -> None:
+        """Renew the run lease while the VM lives; a lost lease stops the VM."""
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                kept = await self.store.renew_lease(running.lease, self.lease_ttl)
+            except Exception as exc:
+                log.warning("could not renew the lease of %s: %s", running.row.run_id, exc)
+                continue
+            if not kept:
+                log.warning("run %s was taken from this node: stopping its VM", running.row.run_id)
+                running.ended = True
+                if running.handle is not None:
+                    running.handle.kill()
+                return
+
+    async def _agent(self, row: VmRow) -> MicroVmAgent | None:
+        run = await self.store.get_run(row.run_id)
+        if run is None:
+            return None
+        found = await self.store.get_agent(run.workspace, run.agent_name, run.agent_version)
+        agent = None if found is None else parse_agent(found.definition)
+        return agent if isinstance(agent, MicroVmAgent) else None
+
+    def _auth(self, running: Running) -> dict[str, str]:
+        return {"Authorization": f"Bearer {running.token}"}
+
+    async def _steps(self, running: Running) -> Any:
+        response = await self._http.get(
+            f"{self.control_url}/v1/runtime/steps", headers=self._auth(running)
+        )
+        if response.status_code != 200:
+            self._refused(running, response)
+        return response.json()
+
+    async def _relay(self, running: Running, events: list[dict[str, Any]]) -> None:
+        async with running.lock:
+            response = await self._http.post(
+                f"{self.control_url}/v1/runtime/report",
+                json={"events": events},
+                headers=self._auth(running),
+            )
+        if response.status_code != 200:
+            self._refused(running, response)
+
+    def _refused(self, running: Running, response: httpx.Response) -> None:
+        detail = _detail(response)
+        if response.status_code in (401, 409):
+            # Not the run's live VM any more: stop it, it must not go on working.
+            log.warning("VM %s refused by the control plane: %s", running.row.vm_id, detail)
+            running.ended = True
+            if running.handle is not None:
+                running.handle.kill()
+        raise Refused(detail, response.status_code)
+
+    async def _send(self, running: Running, events: list[dict[str, Any]]) -> bool:
+        """A report of the node's own (the VM's start or end); False when refused."""
+        try:
+            await self._relay(running, events)
+        except (Refused, httpx.HTTPError) as exc:
+            log.warning("report of VM %s not taken: %s", running.row.vm_id, exc)
+            return False
+        if events[-1]["kind"] in (ev.VM_EXITED, ev.VM_TERMINATED):
+            running.ended = True
+        return True
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail"))
+    except ValueError:
+        return response.text[:200]

@@ -1,0 +1,13 @@
+"""What runs inside a microVM (CONTRACT §11): the harness, its Context, and ``resumed()``.
+
+Standard library only, and nothing here imports the rest of Lantern, so the harness runs in a
+VM that has Python and the app directory and nothing else of the host's. The package's only
+reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.main`; a workload asks
+:func:`resumed` instead.
+"""
+
+from __future__ import annotations
+
+from lantern.workload.context import Context, StepFailed, resumed
+
+__all__ = ["Context", "StepFailed", "resumed"]

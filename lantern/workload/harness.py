@@ -1,0 +1,109 @@
+"""The harness: the first and only program a VM runs.
+
+It asks its runtime node for the run (``hello``), reads the completed steps when
+``LANTERN_RESUME=1`` (the node fetches them from ``GET /v1/runtime/steps``), imports the
+entrypoint ``MODULE:FUNCTION`` from the app directory, calls it with a Context and the run's
+input, and tells the node how the workload ended: ``done`` with the output, or ``failed``
+with the error. An entrypoint that does not import is a failure of the run, not a loss of the
+VM, so the run is not resumed for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from lantern.workload.channel import Channel, ChannelError
+from lantern.workload.context import BlockingContext, Context, StepFailed, _set_resumed
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the workload raised: the run failed
+EXIT_LOST = 3  # the channel went away: the node decides what that means
+
+
+def load(entrypoint: str) -> Callable[..., Any]:
+    """The function ``MODULE:FUNCTION`` names (a code-first agent's decorator may wrap it)."""
+    module_name, sep, attr = entrypoint.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImportError(f"entrypoint {entrypoint!r} is not MODULE:FUNCTION")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ImportError(f"module {module_name!r} has no {attr!r}")
+    fn = obj if inspect.isfunction(obj) else getattr(obj, "fn", obj)
+    if not callable(fn):
+        raise ImportError(f"entrypoint {entrypoint!r} is not callable")
+    return fn
+
+
+def run(channel: Channel, *, resume: bool) -> int:
+    hello = channel.ask("hello")
+    _set_resumed(resume)
+    completed: dict[str, Any] = {}
+    if resume:
+        for step in channel.ask("steps")["steps"]:
+            completed[step["stepId"]] = step["output"]
+    try:
+        fn = load(hello["entrypoint"])
+    except Exception as exc:  # ImportError, SyntaxError, or what the module raised
+        error = {
+            "code": "entrypoint_import",
+            "message": f"cannot import entrypoint {hello['entrypoint']!r}: "
+            f"{type(exc).__name__}: {exc}",
+            "class": "tool",
+            "retryable": False,
+        }
+        channel.ask("failed", error=error)
+        return EXIT_FAILED
+    ctx = Context(channel, hello["runId"], completed)
+    given = hello.get("input")
+    kwargs = given if isinstance(given, dict) else {"input": given}
+    # A plain ``def`` gets the same methods, blocking, as a code-first agent's does.
+    handed: Any = ctx if inspect.iscoroutinefunction(fn) else BlockingContext(ctx)
+    try:
+        result = fn(handed, **kwargs)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        output = json.loads(json.dumps(result))
+    except ChannelError:
+        raise
+    except (Exception, SystemExit) as exc:  # the workload's own end: reported, never a loss
+        channel.ask("failed", error=_workload_error(exc))
+        return EXIT_FAILED
+    channel.ask("done", output=output)
+    return EXIT_OK
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
+
+
+def _workload_error(exc: BaseException) -> dict[str, Any]:
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return {
+        "code": "workload_failed",
+        "message": detail,
+        "class": "tool",
+        "retryable": False,
+        "replayed": isinstance(exc, StepFailed),
+    }
+
+
+def main() -> int:
+    spec = os.environ.get("LANTERN_CHANNEL", "stdio")
+    sys.path.insert(0, os.environ.get("LANTERN_APP_DIR", "/app"))
+    try:
+        channel = Channel.open(spec)
+        return run(channel, resume=os.environ.get("LANTERN_RESUME") == "1")
+    except ChannelError as exc:
+        print(f"lantern harness: {exc}", file=sys.stderr)
+        return EXIT_LOST

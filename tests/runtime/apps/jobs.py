@@ -1,0 +1,58 @@
+"""Workloads of the end-to-end tests: plain ``async def f(ctx, **input)`` entrypoints."""
+
+import os
+import signal
+import time
+
+from lantern.workload import resumed
+
+
+def _stamp(name):
+    return {"step": name, "at": time.time(), "resumed": resumed()}
+
+
+def _wait(seconds):
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+async def three(ctx, hold=0.0):
+    """a, then b (held ``hold`` seconds unless resumed), then c."""
+    a = await ctx.step("a", _stamp, "a")
+    b = await ctx.step("b", _wait, 0.05 if resumed() else hold)
+    c = await ctx.step("c", _stamp, "c")
+    return {"a": a, "b": b, "c": c, "resumed": resumed()}
+
+
+async def crash(ctx):
+    """Its VM dies mid-step every time: a lost VM, not a workload's own end."""
+    await ctx.step("a", _stamp, "a")
+    await ctx.step("die", os.kill, os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+async def fails(ctx):
+    await ctx.step("a", _stamp, "a")
+    raise ValueError("the workload gave up")
+
+
+def forever(ctx):
+    time.sleep(3600)
+
+
+async def writes_app(ctx):
+    def write():
+        with open("/app/out.txt", "w") as f:
+            f.write("x")
+
+    try:
+        await ctx.step("write", write)
+    except OSError as exc:
+        return {"denied": f"{type(exc).__name__}: {exc}"}
+    return {"denied": None}
+
+
+def plain(ctx, n=2):
+    """A plain def: its ctx blocks and returns values."""
+    doubled = ctx.step("double", lambda: n * 2)
+    return {"doubled": doubled, "run": ctx.run_id}

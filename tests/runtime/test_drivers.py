@@ -1,0 +1,102 @@
+"""Each driver boots a VM whose only way out is its channel (real VMs, no stand-ins)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lantern.runtime.drivers import DRIVERS, Driver, probe
+from lantern.runtime.drivers.base import GUEST_SRC
+from tests.runtime.conftest import working
+from tests.runtime.vms import APPS, run_workload
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_boot(driver: Driver, tmp_path: Path) -> None:
+    check = asyncio.run(probe(driver, tmp_path))
+    assert check.works, check.why
+    if driver.name == "gvisor":
+        assert "4.4.0" in check.why  # gVisor's own kernel answers uname, not the host's
+
+
+def test_isolation(driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_isolation(driver, tmp_path, monkeypatch)
+
+
+def test_qemu_boots_a_vm_that_is_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One boot of a real VM (software emulation where no standard KVM is usable)."""
+    from lantern.runtime.drivers.qemu import QemuDriver
+    from lantern.runtime.image import build
+
+    if "qemu" not in DRIVERS or shutil.which("qemu-system-x86_64") is None:
+        working("qemu")
+    build(tmp_path / "image")
+    driver = QemuDriver(tmp_path / "image")
+    assert driver.unavailable() is None, driver.unavailable()
+    result = check_isolation(driver, tmp_path / "vm", monkeypatch)
+    assert result["kernel"].startswith("Linux 6.")  # the image's own kernel
+
+
+def check_isolation(
+    driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    secret_file = Path.cwd() / ".pytest-isolation-secret"  # under the checkout, not shared
+    secret_file.write_text("host secret")
+    monkeypatch.setenv("LANTERN_TEST_HOST_SECRET", "do-not-leak")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        server.settimeout(20)
+        try:
+            conn, _ = server.accept()
+            accepted.append(conn)
+            conn.sendall(b"hello")
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        seen = asyncio.run(
+            run_workload(
+                driver,
+                "isolation:escape",
+                {
+                    "host_files": [str(secret_file), f"{GUEST_SRC}/{secret_file.name}"],
+                    "port": port,
+                    "marker": "pytest",
+                    "env_name": "LANTERN_TEST_HOST_SECRET",
+                },
+                workdir=tmp_path,
+            )
+        )
+    finally:
+        server.close()
+        secret_file.unlink()
+    assert "done" in seen, f"exit {seen['exit']}: {seen['log'][-3000:]}"
+    result = seen["done"]["output"]
+    assert [r["ok"] for r in result["read"]] == [False, False], result
+    assert result["root"]["ok"] is False or result["root"]["value"] in ([], [".pyenv"]), result
+    assert result["write_app"]["ok"] is False and "Read-only" in result["write_app"]["error"]
+    assert not (APPS / "written-by-vm").exists()
+    assert result["connect"]["ok"] is False, result
+    assert accepted == []
+    assert result["processes"] == []  # the test runner's own processes are invisible
+    assert result["env"] is None
+    assert "isolation.py" in result["app"]["value"]  # what is shared is there, read-only
+    return result
+
+
+def test_entrypoint_that_does_not_import(driver: Driver, tmp_path: Path) -> None:
+    seen = asyncio.run(run_workload(driver, "no_such_module:main", {}, workdir=tmp_path))
+    assert seen["failed"]["error"]["code"] == "entrypoint_import"
+    assert "no_such_module" in seen["failed"]["error"]["message"]

@@ -1,0 +1,87 @@
+"""The harness's package: standard library only, and its Context serves completed steps."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+from lantern.runtime.drivers.base import BOOT
+from lantern.workload.context import Context, idempotency_key
+
+
+def test_the_harness_imports_nothing_of_lantern_but_itself() -> None:
+    probe = BOOT.replace(
+        "sys.exit(main())",
+        "print(sorted(m for m in sys.modules if m.startswith(('lantern', 'httpx', 'pydantic'))))",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    names = eval(out)  # a list literal printed by the child
+    assert all(n == "lantern" or n.startswith("lantern.workload") for n in names), names
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def ask(self, op: str, **fields: Any) -> Any:
+        self.asked.append((op, fields))
+
+
+def test_completed_steps_are_served_and_not_run() -> None:
+    calls: list[str] = []
+
+    def fetch(x: int) -> int:
+        calls.append("fetch")
+        return x * 2
+
+    async def work(ctx: Context) -> list[Any]:
+        a = await ctx.step("fetch", fetch, 1)
+        b = await ctx.step("fetch", fetch, 2)  # fetch#2: not completed yet
+        return [a, b]
+
+    channel = Recorder()
+    ctx = Context(channel, "run-1", {"fetch": 99})
+    assert asyncio.run(work(ctx)) == [99, 4]
+    assert calls == ["fetch"]
+    kinds = [(f["events"][0]["kind"], f["events"][0]["stepId"]) for _, f in channel.asked]
+    assert kinds == [("step_started", "fetch#2"), ("step_completed", "fetch#2")]
+
+
+def test_a_step_sees_its_key_and_a_failure_is_reported() -> None:
+    keys: list[str] = []
+
+    def boom() -> None:
+        keys.append(ctx.idempotency_key)
+        raise PermissionError("no")
+
+    channel = Recorder()
+    ctx = Context(channel, "run-1")
+
+    async def work() -> None:
+        await ctx.step("write", boom)
+
+    try:
+        asyncio.run(work())
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("the step's own error reaches the workload")
+    assert keys == [idempotency_key("run-1", "write", 1)]
+    failed = channel.asked[-1][1]["events"][0]
+    assert failed["kind"] == "step_failed"
+    assert "PermissionError" in failed["data"]["error"]["message"]
+
+
+def test_a_plain_def_workload_gets_a_blocking_context() -> None:
+    from lantern.workload.context import BlockingContext
+
+    channel = Recorder()
+    ctx = BlockingContext(Context(channel, "run-1", {"a": 1}))
+    assert ctx.step("a", lambda: 99) == 1  # served
+    assert ctx.step("b", lambda x: x + 1, 41) == 42
+    assert ctx.run_id == "run-1"
+    assert [f["events"][0]["kind"] for _, f in channel.asked] == ["step_started", "step_completed"]

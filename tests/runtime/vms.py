@@ -1,0 +1,47 @@
+"""Running one workload under a driver with a node-side channel of the test's own."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from lantern.runtime.channel import serve
+from lantern.runtime.drivers import Driver, VmSpec
+
+APPS = Path(__file__).parent / "apps"
+
+
+async def run_workload(
+    driver: Driver,
+    entrypoint: str,
+    input: Any,
+    *,
+    workdir: Path,
+    app_dir: Path = APPS,
+    memory_mb: int = 256,
+    timeout: float = 240,
+) -> dict[str, Any]:
+    """What the harness told its node: ``{"done": ..., "failed": ..., "reports": [...]}``."""
+    seen: dict[str, Any] = {"reports": []}
+
+    async def handle(op: str, request: dict[str, Any]) -> Any:
+        if op == "hello":
+            return {"runId": "run-test", "entrypoint": entrypoint, "input": input}
+        if op == "steps":
+            return {"steps": []}
+        if op == "report":
+            seen["reports"] += request["events"]
+            return None
+        seen[op] = request
+        return None
+
+    spec = VmSpec("vm-test", app_dir, workdir=workdir, memory_mb=memory_mb)
+    vm = await driver.start(spec)
+    try:
+        _, code = await asyncio.wait_for(asyncio.gather(serve(vm, handle), vm.wait()), timeout)
+    finally:
+        vm.kill()
+    seen["exit"] = code
+    seen["log"] = vm.log
+    return seen
