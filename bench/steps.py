@@ -16,6 +16,11 @@ shared machine hits every figure alike.
 Targets (from the issue): the sequential per-step overhead is at most 2x one committed INSERT,
 and at 32 concurrent runs on PostgreSQL Lantern makes at least 1,500 steps/s.
 
+The same rounds also drive a code-first agent (CONTRACT §10) doing the same work: a function
+making the 10 no-op steps as ``await ctx.step(...)`` calls, sequentially and ``--concurrency``
+runs at a time, interleaved with the graph runs so the two paths are compared within one run.
+Target (issue 15): a code-first step costs no more than a graph step.
+
 Runs are created before each timed section (not timed); a timed run includes its lease
 acquire and release, the journal read of the drive, the opening commit and one commit per step.
 
@@ -83,6 +88,7 @@ from lantern.store.sqlite import SQLiteStore
 
 STEPS_PER_RUN = 10
 AGENT = "bench-noop-chain"
+CODE_AGENT = "bench-noop-code"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 OVERHEAD_TARGET = 2.0  # per-step overhead / one committed INSERT, sequential
 OBSERVABILITY_TARGET = 1.10  # hash+trace per step / plain per step, sequential
@@ -113,18 +119,26 @@ class NoopTool:
         self.calls = 0
         self.app = lantern.App()
         self.app.tool("noop")(self.noop)
+        noop = self.noop
+
+        @self.app.agent(CODE_AGENT)
+        async def code_chain(ctx: lantern.Context, i: int) -> None:
+            for k in range(1, STEPS_PER_RUN + 1):
+                await ctx.step(f"t{k}", noop)
 
     async def noop(self) -> None:
         self.calls += 1
 
 
-async def create_runs(store: Store, count: int, concurrency: int) -> list[str]:
+async def create_runs(
+    store: Store, count: int, concurrency: int, agent: str = AGENT, app: lantern.App | None = None
+) -> list[str]:
     """Queued runs of the bench agent (creation is not part of any timed figure)."""
     ids: list[str] = []
     while len(ids) < count:
         batch = min(concurrency, count - len(ids))
         runs = await asyncio.gather(
-            *(create_run(store, AGENT, {"i": len(ids) + i}) for i in range(batch))
+            *(create_run(store, agent, {"i": len(ids) + i}, app=app) for i in range(batch))
         )
         ids.extend(r.id for r in runs)
     return ids
@@ -342,7 +356,12 @@ async def bench_backend(
         inserter = await open_inserter()
         counter = CommitCounter(store)
         seq, conc, ins = Tally(), Tally(), Tally()
+        code_seq, code_conc = Tally(), Tally()
         tool = NoopTool()
+
+        async def code_runs(count: int) -> list[str]:
+            return await create_runs(store, count, sizes.concurrency, CODE_AGENT, tool.app)
+
         async with Worker(store, tool.app, worker_id=f"bench-{backend}", lease_ttl=600) as w:
             runner = w.runner
             assert runner is not None
@@ -351,6 +370,8 @@ async def bench_backend(
             await drive_sequential(runner, await create_runs(store, sizes.warmup_runs, 1))
             warm = await create_runs(store, sizes.concurrency, sizes.concurrency)
             await drive_concurrent(runner, warm, sizes.concurrency)
+            await drive_sequential(runner, await code_runs(sizes.warmup_runs))
+            await drive_concurrent(runner, await code_runs(sizes.concurrency), sizes.concurrency)
             tool.calls = 0
 
             for k, (n_ins, n_seq, n_conc) in enumerate(
@@ -375,8 +396,20 @@ async def bench_backend(
                     drive_concurrent(runner, ids, sizes.concurrency),
                     counter,
                 )
-        if tool.calls != seq.ops + conc.ops:
-            raise RuntimeError(f"{tool.calls} tool calls for {seq.ops + conc.ops} steps")
+                # The same work as code-first runs, beside the graph runs of this round.
+                ids = await code_runs(n_seq)
+                steps = n_seq * STEPS_PER_RUN
+                await code_seq.time(k, steps, drive_sequential(runner, ids), counter)
+                ids = await code_runs(n_conc)
+                await code_conc.time(
+                    k,
+                    n_conc * STEPS_PER_RUN,
+                    drive_concurrent(runner, ids, sizes.concurrency),
+                    counter,
+                )
+        total = seq.ops + conc.ops + code_seq.ops + code_conc.ops
+        if tool.calls != total:
+            raise RuntimeError(f"{tool.calls} tool calls for {total} steps")
     finally:
         if inserter is not None:
             await inserter.close()
@@ -391,6 +424,11 @@ async def bench_backend(
         conc_target = f">= {PG_CONCURRENT_TARGET:,.0f} steps/s: " + ("met" if met else "MISSED")
     else:
         conc_target = "-"
+
+    def against_graph(code: Tally, graph: Tally) -> str:
+        ratio = code.micros / graph.micros
+        return f"{ratio:.2f}x graph: " + ("met" if ratio <= 1.0 else "MISSED")
+
     return [
         Row(backend, "sequential", sizes.runs, seq, ins, seq_target),
         Row(
@@ -400,6 +438,15 @@ async def bench_backend(
             conc,
             ins,
             conc_target,
+        ),
+        Row(backend, "code sequential", sizes.runs, code_seq, ins, against_graph(code_seq, seq)),
+        Row(
+            backend,
+            f"code {sizes.concurrency} at a time",
+            sizes.concurrent_runs,
+            code_conc,
+            ins,
+            against_graph(code_conc, conc),
         ),
     ]
 
@@ -752,7 +799,7 @@ def print_table(rows: Sequence[Row]) -> None:
     for r in rows:
         ratios = [a / b for a, b in zip(r.steps.per_round, r.inserts.per_round, strict=True)]
         print(
-            f"  {r.backend:8} {r.mode:12}  µs/step {spread(r.steps.per_round, ',.0f'):>17}"
+            f"  {r.backend:8} {r.mode:18}  µs/step {spread(r.steps.per_round, ',.0f'):>17}"
             f"  µs/insert {spread(r.inserts.per_round, ',.0f'):>15}"
             f"  ratio {spread(ratios, '.2f')}"
         )

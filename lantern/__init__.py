@@ -1,10 +1,11 @@
 """Lantern: durable execution for AI agents.
 
-Users import the App (their tools), the ToolContext a tool may ask for, the API clients
-(Client, AsyncClient) with their result types, and one tree of errors.
+Users import the App (their tools and code-first agents), the ToolContext a tool may ask
+for, the Context a code-first agent receives (with its ModelReply and Approval), the API
+clients (Client, AsyncClient) with their result types, and one tree of errors.
 """
 
-from lantern.app import App, ToolContext
+from lantern.app import App, Approval, Context, ModelReply, ToolContext
 from lantern.errors import (
     Conflict,
     DefinitionError,
@@ -50,6 +51,7 @@ __all__ = [
     "Agent",
     "ApiError",
     "App",
+    "Approval",
     "AsyncClient",
     "AuthenticationError",
     "BadRequest",
@@ -57,6 +59,7 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "Context",
     "DefinitionError",
     "Event",
     "Forbidden",
@@ -64,6 +67,7 @@ __all__ = [
     "LanternError",
     "LeaseLost",
     "LiveTexts",
+    "ModelReply",
     "NotFound",
     "NotFoundError",
     "Page",

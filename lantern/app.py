@@ -1,12 +1,23 @@
-"""The user's side of Lantern: an ``App`` holding tools, loaded with ``--app MODULE:OBJECT``."""
+"""The user's side of Lantern: an ``App`` holding tools and code-first agents, loaded with
+``--app MODULE:OBJECT``; the ``ToolContext`` a tool may ask for; and ``Context``, what a
+code-first agent's function receives (CONTRACT §10).
+
+``Context`` is abstract on purpose: the engine drives it in-process (``engine/functions.py``)
+and a microVM workload gets the same methods over its channel to the control plane (§11), so
+one function runs either way unchanged.
+"""
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import re
+import textwrap
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
 
 from lantern import threads
@@ -48,6 +59,216 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
+class ModelReply:
+    """A model step's answer as the journal holds it, so a replay returns the same value."""
+
+    text: str
+    model: str | None = None
+    provider: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    tool_calls: tuple[Mapping[str, Any], ...] = ()  # each {id, name, arguments}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelReply:
+        return cls(
+            text=str(data.get("text") or ""),
+            model=data.get("model"),
+            provider=data.get("provider"),
+            usage=dict(data.get("usage") or {}),
+            tool_calls=tuple(dict(c) for c in data.get("toolCalls") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The decision at an approval step: by a person through the API, or by its timeout."""
+
+    decision: str  # "approved" or "rejected"
+    by: str | None = None
+    comment: str | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.decision == "approved"
+
+
+class Context(abc.ABC):
+    """What a code-first agent's function receives: every call below is a journaled step.
+
+    A step that completed before a crash returns its journaled output and is not run again;
+    the step in flight at a crash runs again with the same attempt and so the same
+    ``idempotency_key``. A step's id is its name; the same name again in one run gets
+    ``name#2``, ``name#3``, ... in call order. The code between steps must be deterministic:
+    on a re-drive the step names are checked against the journal in order, and a different
+    name at a position fails the run with error code ``nondeterminism``.
+
+    ``run_id`` is the run's; ``step_id``, ``attempt`` and ``idempotency_key`` are the step's
+    whose function is running (read them inside a ``step`` function), as for tools.
+    """
+
+    @property
+    @abc.abstractmethod
+    def run_id(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def step_id(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def attempt(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def idempotency_key(self) -> str: ...
+
+    @abc.abstractmethod
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Mapping[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` (sync or async) once as the step ``name``; its return
+        value (JSON) is journaled and returned, now and on every replay. ``retry`` is a node's
+        retry policy (``{"maxAttempts", "backoffMs", "retryableClasses"}``)."""
+
+    @abc.abstractmethod
+    async def model(
+        self,
+        model: str,
+        *,
+        prompt: str | None = None,
+        system: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[str | Mapping[str, Any]] | None = None,
+        name: str = "model",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        retry: Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """One model call as a step (routed, budgeted, keyed), named ``name`` (default
+        ``model``). ``messages`` are ``{role, content}`` (``user``, ``assistant``, ``tool``)
+        after ``prompt``; ``tools`` are registered tool names or ``{name, description,
+        parameters}`` specs; the reply's ``tool_calls`` are what the model asked for."""
+
+    @abc.abstractmethod
+    async def tool(self, name: str, /, **args: Any) -> Any:
+        """Call the registered tool ``name`` with ``args`` as a step (its id is ``name``)."""
+
+    @abc.abstractmethod
+    async def sleep(self, name: str, *, seconds: float) -> None:
+        """A durable timer: the run parks holding no lease and wakes when it is due, on any
+        replica; the due time is journaled, so a crash does not restart the wait."""
+
+    @abc.abstractmethod
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """``sleep`` until an aware ``datetime``."""
+
+    @abc.abstractmethod
+    async def approval(
+        self,
+        name: str,
+        *,
+        prompt: str = "",
+        assignees: Sequence[str] = (),
+        timeout_ms: int | None = None,
+        on_timeout: str = "reject",
+    ) -> Approval:
+        """Park until ``POST /v1/runs/{id}/approvals/{name}`` decides (or the timeout does)."""
+
+    @abc.abstractmethod
+    async def run_agent(self, name: str, input: Any) -> Any:
+        """Start the agent ``name`` as a child run (its id is derived from this run and step,
+        so a re-drive finds the same child) and park until it ends; its output is returned,
+        its failure raises ``StepError``."""
+
+    @abc.abstractmethod
+    async def deliver_once(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Make the delivery ``name`` at most once: inside a step, a claimed delivery of that
+        step (as for tools); between steps, a step of its own named ``name``."""
+
+    def key_for(self, name: str) -> str:
+        """An idempotency key of its own for the delivery ``name`` of this step attempt."""
+        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CodeAgent:
+    """A code-first agent: a function registered with ``@app.agent``."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str  # a digest of the function's source, or the string given
+    module: str
+    blocking: bool  # a plain ``def``: run on a worker thread with a blocking Context
+
+    def definition(self) -> dict[str, Any]:
+        """What the agents table stores for it, so runs pin it and every replica lists it."""
+        return {
+            "name": self.name,
+            "code": {
+                "version": self.version,
+                "module": self.module,
+                "function": getattr(self.fn, "__qualname__", self.name),
+            },
+        }
+
+
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def source_digest(fn: Callable[..., Any]) -> str:
+    """A code agent's default version: the first 12 hex digits of its source's SHA-256."""
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):  # no source file (a REPL, a frozen app): its bytecode
+        code = fn.__code__
+        text = repr((code.co_code, code.co_consts, code.co_names))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _code_agent(name: Any, fn: Any, version: Any) -> CodeAgent:
+    if not isinstance(name, str) or not AGENT_NAME.match(name):
+        raise UsageError(
+            f"@app.agent: the name must be a string of 1-100 letters, digits, '.', '_' or '-',"
+            f" starting with a letter or digit (got {name!r})"
+        )
+    if not callable(fn) or inspect.isclass(fn):
+        raise UsageError(f"@app.agent({name!r}) decorates a function, not {fn!r}")
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise UsageError(f"@app.agent({name!r}): {fn.__name__} is a generator; use a function")
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise UsageError(
+            f"@app.agent({name!r}): {fn.__name__} must take the context first: "
+            f"def {fn.__name__}(ctx: lantern.Context, ...)"
+        )
+    if version is not None and (
+        not isinstance(version, str)
+        or not version
+        or len(version) > 100
+        or version != version.strip()
+        or any(ch.isspace() for ch in version)
+    ):
+        raise UsageError(f"@app.agent({name!r}): version must be a non-empty string with no spaces")
+    return CodeAgent(
+        name=name,
+        fn=fn,
+        version=version if version is not None else source_digest(fn),
+        module=getattr(fn, "__module__", None) or "__main__",
+        blocking=not inspect.iscoroutinefunction(fn),
+    )
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     fn: Callable[..., Any]
@@ -71,11 +292,33 @@ class Tool:
 
 
 class App:
-    """A registry of the user's tools and of observers of journal commits."""
+    """A registry of the user's tools, code-first agents and observers of journal commits."""
 
     def __init__(self) -> None:
         self.tools: dict[str, Tool] = {}
+        self.agents: dict[str, CodeAgent] = {}
         self.commit_listeners: list[CommitListener] = []
+
+    def agent(self, name: Any = None, *, version: str | None = None) -> Callable[[F], F]:
+        """Register ``fn(ctx, **input)`` (``async def`` or plain ``def``) as the code-first
+        agent ``name`` (default: the function's name), at ``version`` (default: a digest of
+        its source). ``@app.agent`` without parentheses works too."""
+        if callable(name) and not isinstance(name, str) and version is None:
+            fn = name
+            self._add_agent(_code_agent(getattr(fn, "__name__", None), fn, None))
+            return fn  # type: ignore[no-any-return]
+
+        def register(fn: F) -> F:
+            given = getattr(fn, "__name__", None) if name is None else name
+            self._add_agent(_code_agent(given, fn, version))
+            return fn
+
+        return register
+
+    def _add_agent(self, agent: CodeAgent) -> None:
+        if agent.name in self.agents:
+            raise UsageError(f"agent {agent.name!r} is registered twice")
+        self.agents[agent.name] = agent
 
     def tool(self, name: str | None = None) -> Callable[[F], F]:
         def register(fn: F) -> F:

@@ -22,6 +22,7 @@ def run_json(run: Any) -> dict[str, Any]:
         "usage": usage_json(run),
         "cancelRequested": run.cancel_requested,
         "parentRunId": getattr(run, "parent_id", None),
+        "waitingForVersion": getattr(run, "waiting_for", None),
     }
 
 
@@ -54,12 +55,19 @@ def delivery_json(d: Delivery) -> dict[str, Any]:
 
 
 def agent_json(agent: AgentVersion) -> dict[str, Any]:
-    return {
+    definition = agent.definition
+    code = definition.get("code") if isinstance(definition.get("code"), dict) else None
+    out = {
         "name": agent.name,
         "version": agent.version,
-        "definition": agent.definition,
+        "definition": definition,
         "createdAt": agent.created_at.isoformat(),
+        "kind": "code" if code else ("graph" if "graph" in definition else "plain"),
     }
+    if code:
+        out["codeVersion"] = code.get("version")
+        out["module"] = code.get("module")
+    return out
 
 
 def event_json(event: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    app: str = "tests.crash.crash_app:app"
 
     @property
     def url(self) -> str:
@@ -67,7 +68,7 @@ class Server:
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [LANTERN, "serve", "--app", "tests.crash.crash_app:app"],
+                [LANTERN, "serve", "--app", self.app],
                 env=env,
                 cwd=ROOT,
                 stdout=out,

@@ -24,6 +24,7 @@ from lantern.cli.common import (
     settings,
     with_database,
 )
+from lantern.engine.resume import resume_run
 from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.errors import NotFound
@@ -90,10 +91,12 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
                 found = list(await store.list_agents(DEFAULT_WORKSPACE))
         table = Table("name", "version", "nodes", "applied")
         for a in found:
-            nodes = len(a.definition.get("graph", {}).get("nodes", []))
-            table.add_row(
-                a.name, str(a.version), str(nodes), a.created_at.isoformat(" ", "seconds")
-            )
+            code = a.definition.get("code")
+            if isinstance(code, dict):  # a code-first agent: its code's version and module
+                nodes = f"code {code.get('version')} ({code.get('module')})"
+            else:
+                nodes = str(len(a.definition.get("graph", {}).get("nodes", [])))
+            table.add_row(a.name, str(a.version), nodes, a.created_at.isoformat(" ", "seconds"))
         console().print(table)
 
     run(body)
@@ -137,7 +140,7 @@ def run_agent(
             return 0 if result.status == "succeeded" else 1
         app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
-            created = await create_run(store, agent, value)
+            created = await create_run(store, agent, value, app=app)
             if not wait:
                 click.echo(created.id)
                 return 0
@@ -235,6 +238,31 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
             events = await store.events(run_id)
             receipts = await store.deliveries(run_id)
         waterfall.render(found, events, console(), receipts)
+
+    run(body)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@click.option("--version", "version", required=True, help="The code version to go on with.")
+@DATABASE
+@click.pass_context
+def runs_resume(ctx: click.Context, run_id: str, version: str, database_url: str | None) -> None:
+    """Move a code-first run waiting for a version of its code onto VERSION (when you
+    know the new code replays its journal)."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        api = remote()
+        moved: Any
+        if api is not None:
+            async with api:
+                moved = await api.resume(run_id, version)
+        else:
+            async with opened(s) as store:
+                moved = await resume_run(store, run_id, version, cli_worker_id(s), s.lease_ttl)
+        click.echo(f"{moved.id} {moved.status}: pinned to version {version}")
 
     run(body)
 

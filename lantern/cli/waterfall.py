@@ -278,3 +278,13 @@ def render(
         console.print(marks)
     if run.error:
         console.print(f"[red]error:[/] {run.error}")
+    waits_for = getattr(run, "waiting_for", None)
+    if waits_for and run.status == "waiting":
+        parked = [e for e in events if e.kind == "run_parked"]
+        by = parked[-1].data if parked else {}
+        has = by.get("workerVersion") or "no such agent"
+        console.print(
+            f"[yellow]waits for version {waits_for}[/] of agent {run.agent_name}: replica"
+            f" {by.get('worker', '?')} has {has}, so it left the run to one that has it."
+            f" Once you know other code replays it: lantern runs resume {run.id} --version NEW"
+        )

@@ -368,6 +368,7 @@ class GraphDrive(Drive):
                 idempotency_key=f"subagent:{child_id}",
                 run_id=child_id,
                 parent_id=self.run.id,
+                app=self.host.app,
             )
         except (NotFound, UsageError, Conflict) as exc:
             raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc

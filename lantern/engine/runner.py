@@ -22,8 +22,10 @@ import httpx
 from lantern.app import App
 from lantern.engine import commits
 from lantern.engine.anomalies import RUN_TOTALS, RetryRates
+from lantern.engine.code_agents import CodeSpec
 from lantern.engine.conversation import Conversation
 from lantern.engine.drive import Drive, under_lease
+from lantern.engine.functions import FunctionDrive
 from lantern.engine.graph import Graph, PlainAgent, parse_agent
 from lantern.engine.graph_drive import GraphDrive
 from lantern.engine.leases import LeaseKeeper
@@ -77,7 +79,7 @@ class Runner:
         self.http = http
         self.models = models or registry.default()  # the providers and routes of model steps
         self.stopping = stopping or asyncio.Event()
-        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent] = {}
+        self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent | CodeSpec] = {}
         self.retry_rates = RetryRates()
         self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
         self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
@@ -183,19 +185,22 @@ class Runner:
             await self.microvm(run, lease)
         return await self.store.get_run(run.id)
 
-    async def _graph(self, run: Run) -> Graph | PlainAgent | MicroVmAgent:
+    async def _graph(self, run: Run) -> Graph | PlainAgent | MicroVmAgent | CodeSpec:
         key = (run.workspace, run.agent_name, run.agent_version)
         graph = self._graphs.get(key)
         if graph is None:
             agent = await self.store.get_agent(*key)
             if agent is None:
                 raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
-            graph = self._graphs[key] = parse_agent(agent.definition)
+            code = CodeSpec.of(agent.definition)  # a code-first agent's stored version
+            graph = self._graphs[key] = code or parse_agent(agent.definition)
         return graph
 
 
-def _new_drive(runner: Runner, run: Run, agent: Graph | PlainAgent) -> Drive:
+def _new_drive(runner: Runner, run: Run, agent: Graph | PlainAgent | CodeSpec) -> Drive:
     """The drive for the run's kind of agent: each decides only what runs next."""
+    if isinstance(agent, CodeSpec):
+        return FunctionDrive(runner, run, agent)
     if isinstance(agent, PlainAgent):
         return Conversation(runner, run, agent)
     return GraphDrive(runner, run, agent)

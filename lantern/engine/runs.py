@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern import config, limits
+from lantern.app import App
+from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.validate import Knows, tool_problems
@@ -102,15 +104,22 @@ async def create_run(
     idempotency_key: str | None = None,
     run_id: str | None = None,
     parent_id: str | None = None,
+    app: App | None = None,
 ) -> Run:
     """A queued run pinned to the agent's newest version.
 
     With an idempotency key, a repeated request gets the run the first one created, and a
-    different request under the same key is a Conflict.
+    different request under the same key is a Conflict. A code-first agent of ``app`` has
+    its input checked against the function's signature (a UsageError names what does not
+    fit), and this function's version stored for the workspace, so the run is pinned to it.
     """
     problem = value_problem([agent_name, input])
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
+    code = None if app is None else app.agents.get(agent_name)
+    if code is not None:
+        code_input.arguments(code, input)
+        await code_agents.ensure_stored(store, workspace, code)
     digest = _request_digest(agent_name, input)
     if idempotency_key is not None:
         found = await store.run_for_key(workspace, idempotency_key)

@@ -61,6 +61,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self._stack = AsyncExitStack()
         self._app = app
+        self.app = app  # the user's tools and code-first agents
         self._runs: set[asyncio.Task[object]] = set()
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
@@ -126,6 +127,8 @@ class Worker:
             asyncio.create_task(self.recovery.run(self.stopping), name="lantern-recovery"),
             asyncio.create_task(self._heartbeats(), name="lantern-heartbeat"),
         ]
+        if self.app.agents:
+            background.append(asyncio.create_task(self._adopt(), name="lantern-adopt"))
         try:
             await self._dispatch()
         finally:
@@ -142,6 +145,23 @@ class Worker:
                 await self.store.heartbeat(self.worker_id, self.started_at)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+
+    async def _adopt(self) -> None:
+        """Take the code-first runs that replicas without their version left for one that
+        has it: at start, then every recovery interval."""
+        while not self.stopping.is_set():
+            for agent in list(self.app.agents.values()):
+                try:
+                    found = await self.store.runs_waiting_for(agent.name, [agent.version])
+                except Exception as exc:  # the database is away: the next pass tries again
+                    log.warning("could not look for runs to adopt: %s", exc)
+                    break
+                driving = {t.get_name() for t in self._runs}
+                fresh = [r for r in found if f"drive {r}" not in driving]
+                for run_id in fresh[: max(0, self.max_concurrent - len(self._runs))]:
+                    self._start(run_id, None)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.recovery.interval)
 
     async def _dispatch(self) -> None:
         while not self.stopping.is_set():

@@ -250,6 +250,12 @@ class AsyncClient:
         path = f"/v1/runs/{_seg(run_id)}/retry"
         return _parse(Run.from_json, await self._send("POST", path, safe=False, json=body))
 
+    async def resume(self, run_id: str, version: str) -> Run:
+        """Move a code-first run waiting for a version of its code onto ``version``."""
+        path = f"/v1/runs/{_seg(run_id)}/resume"
+        body = {"version": version}
+        return _parse(Run.from_json, await self._send("POST", path, json=body, safe=False))
+
     async def receipt(self, run_id: str) -> Receipt:
         """The finished run's signed receipt (``ConflictError`` while it is unfinished)."""
         data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/receipt")

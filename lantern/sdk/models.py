@@ -64,6 +64,7 @@ class Run:
     cancel_requested: bool = False
     parent_run_id: str | None = None  # the run whose subagent step started this one
     children: tuple[str, ...] = ()  # runs its subagent steps started (on get_run only)
+    waiting_for: str | None = None  # a code-first run's version no replica that had it has
 
     @property
     def finished(self) -> bool:
@@ -86,6 +87,7 @@ class Run:
             cancel_requested=bool(data.get("cancelRequested", False)),
             parent_run_id=data.get("parentRunId"),
             children=tuple(data.get("children") or ()),
+            waiting_for=data.get("waitingForVersion"),
         )
 
 

@@ -202,6 +202,9 @@ class Client:
     def retry(self, run_id: str, *, from_step: str | None = None) -> Run:
         return self._thread.run(self._async.retry(run_id, from_step=from_step))
 
+    def resume(self, run_id: str, version: str) -> Run:
+        return self._thread.run(self._async.resume(run_id, version))
+
     def receipt(self, run_id: str) -> Receipt:
         return self._thread.run(self._async.receipt(run_id))
 

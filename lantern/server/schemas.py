@@ -21,6 +21,10 @@ class Decision(Body):
     comment: str | None = Field(default=None, max_length=10_000)
 
 
+class Resume(Body):
+    version: str = Field(min_length=1, max_length=100)
+
+
 class DecisionOut(BaseModel):
     runId: str
     nodeId: str
@@ -51,6 +55,9 @@ class RunOut(BaseModel):
     cancelRequested: bool
     parentRunId: str | None = None
     children: list[str] | None = None  # on GET /v1/runs/{id}: the runs its sub-agents started
+    # A code-first run left by a replica without its version: the version of its code it
+    # waits for (``lantern runs resume RUN_ID --version NEW`` moves it on).
+    waitingForVersion: str | None = None
 
 
 class RunPage(BaseModel):
@@ -98,6 +105,9 @@ class AgentOut(BaseModel):
     version: int
     definition: dict[str, Any]
     createdAt: str
+    kind: Literal["graph", "plain", "code"] = "graph"
+    codeVersion: str | None = None  # a code-first agent's: its source digest or given version
+    module: str | None = None  # a code-first agent's: the module that defines it
 
 
 class SecretIn(Body):

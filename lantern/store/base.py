@@ -180,6 +180,10 @@ class RunStore(Protocol):
     async def wake(self, run_id: str) -> None:
         """Make a parked run due now (no-op for a run that is not waiting)."""
 
+    async def runs_waiting_for(self, agent_name: str, versions: Sequence[str]) -> list[str]:
+        """Code-first runs of ``agent_name`` parked for one of ``versions`` of its code (by
+        a replica that lacked it), at most 100."""
+
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's sub-agent steps started."""
 

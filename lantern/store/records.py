@@ -66,6 +66,8 @@ class Run:
     cancel_requested: bool = False
     parent_id: str | None = None  # the run whose subagent step started this one
     usage: RunUsage = field(default_factory=RunUsage)
+    # A code-first run parked because the replica that had it lacks this version of its code.
+    waiting_for: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -179,6 +181,9 @@ class RunUpdate:
     error: Any = None
     # A parked (waiting) run is claimed again at this time even if nothing wakes it sooner.
     wake_at: datetime | None = None
+    # A code-first run parked for a version of its code that this replica lacks (no wake_at:
+    # a replica that has the version adopts it).
+    waiting_for: str | None = None
 
     @property
     def releases(self) -> bool:

@@ -17,7 +17,9 @@ LANTERN = str(Path(sys.executable).parent / "lantern")
 class Serve:
     """One `lantern serve --app tests.crash.crash_app:app` process, its output in a file."""
 
-    def __init__(self, database_url: str, log: Path, **env: str) -> None:
+    def __init__(
+        self, database_url: str, log: Path, app: str = "tests.crash.crash_app:app", **env: str
+    ) -> None:
         self.log = log
         full_env = {
             **os.environ,
@@ -29,7 +31,7 @@ class Serve:
         }
         self.out = log.open("ab")
         self.proc = subprocess.Popen(
-            [LANTERN, "serve", "--app", "tests.crash.crash_app:app"],
+            [LANTERN, "serve", "--app", app],
             env=full_env,
             cwd=ROOT,
             stdout=self.out,

@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
+from lantern.engine.code_agents import ensure_stored
 from lantern.engine.runs import apply_agent
-from lantern.errors import DefinitionError, NotFound
+from lantern.errors import Conflict, DefinitionError, NotFound
 from lantern.server.deps import scope, services
 from lantern.server.routes.runs import decode_cursor, encode_cursor
 from lantern.server.schemas import PROBLEMS, AgentOut, AgentPage
@@ -29,6 +30,8 @@ async def put(
     if given != name:
         raise DefinitionError([f"the definition is named {given!r} but was sent to {name!r}"])
     s = services(request)
+    if name in s.worker.app.agents:
+        raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
     agent = await apply_agent(s.store, definition, key.workspace, knows_tool=s.knows_tool())
     return agent_json(agent)
 
@@ -40,9 +43,10 @@ async def list_agents(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
-    agents = await services(request).store.list_agents(
-        key.workspace, limit=limit + 1, after=decode_cursor(cursor)
-    )
+    s = services(request)
+    for code in s.worker.app.agents.values():  # listed like any agent, in every workspace
+        await ensure_stored(s.store, key.workspace, code)
+    agents = await s.store.list_agents(key.workspace, limit=limit + 1, after=decode_cursor(cursor))
     more = len(agents) > limit
     agents = agents[:limit]
     return {
@@ -58,7 +62,11 @@ async def get(
     key: Annotated[ApiKey, Depends(scope("agents:read"))],
     version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> dict[str, Any]:
-    agent = await services(request).store.get_agent(key.workspace, name, version)
+    s = services(request)
+    code = s.worker.app.agents.get(name)
+    if code is not None:
+        await ensure_stored(s.store, key.workspace, code)
+    agent = await s.store.get_agent(key.workspace, name, version)
     if agent is None:
         raise NotFound(f"agent {name!r}{f' v{version}' if version else ''} not found")
     return agent_json(agent)

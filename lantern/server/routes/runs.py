@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from lantern.engine.approvals import decide
 from lantern.engine.cancel import cancel_run
+from lantern.engine.resume import resume_run
 from lantern.engine.runs import create_run
 from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
@@ -21,6 +22,7 @@ from lantern.server.schemas import (
     DecisionOut,
     DeliveryList,
     EventPage,
+    Resume,
     RunOut,
     RunPage,
 )
@@ -59,7 +61,12 @@ async def create(
 ) -> JSONResponse:
     s = services(request)
     run = await create_run(
-        s.store, body.agentName, body.input, key.workspace, idempotency_key=idempotency_key
+        s.store,
+        body.agentName,
+        body.input,
+        key.workspace,
+        idempotency_key=idempotency_key,
+        app=s.worker.app,
     )
     s.worker.wake()
     return JSONResponse(run_json(run), status_code=202)
@@ -161,6 +168,22 @@ async def cancel(
     s = services(request)
     await owned_run(s.store, run_id, key)
     run = await cancel_run(s.store, run_id, s.worker.worker_id, s.worker.keeper.ttl)
+    return JSONResponse(run_json(run), status_code=202)
+
+
+@router.post("/{run_id}/resume", status_code=202, response_model=RunOut)
+async def resume(
+    run_id: str,
+    body: Resume,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:execute"))],
+) -> JSONResponse:
+    """Move a code-first run waiting for a version of its code onto ``version``: the
+    operator's word that the new code replays the run's journal."""
+    s = services(request)
+    await owned_run(s.store, run_id, key)
+    run = await resume_run(s.store, run_id, body.version, f"key:{key.id}", s.worker.keeper.ttl)
+    s.worker.wake()
     return JSONResponse(run_json(run), status_code=202)
 
 

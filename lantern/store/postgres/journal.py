@@ -39,7 +39,7 @@ WITH batch AS (
 ), updates AS (
     SELECT * FROM json_to_recordset(%(updates)s::json) AS u(
         run_id text, epoch bigint, status text, output jsonb, error jsonb, release boolean,
-        wake_at timestamptz)
+        wake_at timestamptz, waiting_for text)
 ), fenced AS (
     SELECT l.run_id FROM run_locks l
     JOIN (SELECT run_id, epoch FROM batch UNION SELECT run_id, epoch FROM updates) w
@@ -57,7 +57,7 @@ WITH batch AS (
     FROM batch WHERE run_id IN (SELECT run_id FROM fenced)
 ), updated AS (
     UPDATE runs r SET status = u.status, output = u.output, error = u.error, updated_at = now(),
-                      wake_at = u.wake_at
+                      wake_at = u.wake_at, waiting_for = u.waiting_for
     FROM updates u WHERE r.id = u.run_id AND u.run_id IN (SELECT run_id FROM fenced)
 ), woken AS (
     -- A parent parked on a finished sub-agent is due now.
@@ -318,6 +318,7 @@ class Journal(PostgresConnection):
                         "error": u.error,
                         "release": u.releases,
                         "wake_at": None if u.wake_at is None else u.wake_at.isoformat(),
+                        "waiting_for": u.waiting_for,
                     }
                 )
         params = {

@@ -11,7 +11,7 @@ from lantern.store.records import ApiKey, Event, Run, RunUsage
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
     " updated_at, cancel_requested, parent_run_id, input_tokens, output_tokens, cost_usd,"
-    " model_calls"
+    " model_calls, waiting_for"
 )
 _KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at, name"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
@@ -24,7 +24,8 @@ _RECEIPT_COLUMNS = (
 
 def _run(row: TupleRow) -> Run:
     run = Run(*row[:12])
-    return replace(run, usage=RunUsage(row[12], row[13], float(row[14]), row[15]))
+    usage = RunUsage(row[12], row[13], float(row[14]), row[15])
+    return replace(run, usage=usage, waiting_for=row[16])
 
 
 def _api_key(row: TupleRow) -> ApiKey:

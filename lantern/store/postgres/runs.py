@@ -105,7 +105,7 @@ class Runs(PostgresConnection):
             " WHERE workspace = %s AND idempotency_key = %s",
             (workspace, idempotency_key),
         )
-        return None if row is None else (_run(row), row[16] or "")
+        return None if row is None else (_run(row), row[-1] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         row = await self._fetchone(
@@ -228,6 +228,14 @@ class Runs(PostgresConnection):
             await conn.execute(
                 "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'", (run_id,)
             )
+
+    async def runs_waiting_for(self, agent_name: str, versions: Sequence[str]) -> list[str]:
+        rows = await self._fetchall(
+            "SELECT id FROM runs WHERE agent_name = %s AND waiting_for = ANY(%s)"
+            " AND status = 'waiting' ORDER BY id LIMIT 100",
+            (agent_name, list(versions)),
+        )
+        return [r[0] for r in rows]
 
     async def children(self, run_id: str) -> list[Run]:
         rows = await self._fetchall(

@@ -219,14 +219,15 @@ def _append_one(conn: sqlite3.Connection, item: Append) -> LeaseLost | None:
     if item.update is not None:
         u = item.update
         conn.execute(
-            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = ?"
-            " WHERE id = ?",
+            "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ?, wake_at = ?,"
+            " waiting_for = ? WHERE id = ?",
             (
                 u.status,
                 None if u.output is None else dumps(u.output),
                 None if u.error is None else dumps(u.error),
                 time.time(),
                 None if u.wake_at is None else u.wake_at.timestamp(),
+                u.waiting_for,
                 lease.run_id,
             ),
         )

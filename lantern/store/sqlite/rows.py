@@ -11,7 +11,7 @@ from lantern.store.records import ApiKey, Delivery, Event, Run, RunUsage
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
     " updated_at, cancel_requested, parent_run_id, input_tokens, output_tokens, cost_usd,"
-    " model_calls"
+    " model_calls, waiting_for"
 )
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
@@ -35,6 +35,7 @@ def _run(row: sqlite3.Row) -> Run:
         cancel_requested=bool(row[10]),
         parent_id=row[11],
         usage=RunUsage(row[12], row[13], row[14], row[15]),
+        waiting_for=row[16],
     )
 
 

@@ -108,7 +108,7 @@ class Runs(SQLiteConnection):
             " WHERE workspace = ? AND idempotency_key = ?"
         )
         row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
-        return None if row is None else (_run(row), row[16] or "")
+        return None if row is None else (_run(row), row[-1] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
         sql = (
@@ -233,6 +233,17 @@ class Runs(SQLiteConnection):
         sql = "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'"
         args = (time.time(), run_id)
         await self._write(lambda c: c.execute(sql, args))
+
+    async def runs_waiting_for(self, agent_name: str, versions: Sequence[str]) -> list[str]:
+        if not versions:
+            return []
+        marks = ",".join("?" * len(versions))
+        sql = (
+            f"SELECT id FROM runs WHERE agent_name = ? AND waiting_for IN ({marks})"
+            " AND status = 'waiting' ORDER BY id LIMIT 100"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (agent_name, *versions)).fetchall())
+        return [r[0] for r in rows]
 
     async def children(self, run_id: str) -> list[Run]:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"

@@ -30,6 +30,7 @@ CREATE TABLE runs (
     output_tokens    bigint  NOT NULL DEFAULT 0,
     cost_usd         double precision NOT NULL DEFAULT 0,
     model_calls      integer NOT NULL DEFAULT 0,
+    waiting_for      text,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -40,6 +41,7 @@ CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX runs_active ON runs (workspace, status) WHERE status IN ('queued', 'running', 'waiting');
+CREATE INDEX runs_waiting_for ON runs (agent_name, waiting_for) WHERE waiting_for IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id      text        PRIMARY KEY REFERENCES runs (id),

@@ -1,0 +1,631 @@
+"""The engine's ``lantern.Context``: each call a journaled step of a ``FunctionDrive``.
+
+``EngineContext`` is what an ``async def`` agent receives; a plain ``def`` agent runs on a
+worker thread and receives ``BlockingContext``, the same methods made blocking. The step a
+function is inside (for ``step_id``, ``attempt``, ``idempotency_key``, ``deliver_once`` and
+``key_for``) is a context variable, so concurrent steps (``asyncio.gather``) each see their
+own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from lantern.app import Approval, Context, ModelReply
+from lantern.effects.claims import Deliveries
+from lantern.engine import determinism, runs
+from lantern.engine import events as ev
+from lantern.engine.function_waits import resolved
+from lantern.engine.functions import FailedStep, FunctionDrive
+from lantern.engine.graph import RETRYABLE_CLASSES
+from lantern.engine.retries import RetryPolicy
+from lantern.engine.spend import gate
+from lantern.errors import Conflict, LanternError, NotFound, StepError, UsageError
+from lantern.ids import child_run_id
+from lantern.models import registry, tools
+from lantern.models.budget import spent_in
+from lantern.models.call import call, journal_usage
+from lantern.models.records import Message, ModelRequest, ToolCall, ToolSpec, tool_calls_json
+from lantern.store.codec import dumps
+
+T = TypeVar("T")
+Draft = tuple[str, dict[str, Any], str | None, int | None]
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    step: str
+    attempt: int
+    key: str
+    deliveries: Deliveries
+
+
+_CURRENT: ContextVar[_Attempt | None] = ContextVar("lantern_step", default=None)
+
+
+def _inside(what: str) -> _Attempt:
+    current = _CURRENT.get()
+    if current is None:
+        raise UsageError(
+            f"ctx.{what} is known inside a step only: use it in the function ctx.step runs"
+        )
+    return current
+
+
+class EngineContext(Context):
+    def __init__(self, drive: FunctionDrive) -> None:
+        self._d = drive
+
+    def _drive(self, call: str) -> FunctionDrive:
+        if self._d.closed:
+            raise UsageError(
+                f"ctx.{call}: this lantern.Context belongs to run {self._d.run.id}, whose drive"
+                " has ended; use ctx only inside the agent's function while it runs"
+            )
+        return self._d
+
+    @property
+    def run_id(self) -> str:
+        return self._d.run.id
+
+    @property
+    def step_id(self) -> str:
+        return _inside("step_id").step
+
+    @property
+    def attempt(self) -> int:
+        return _inside("attempt").attempt
+
+    @property
+    def idempotency_key(self) -> str:
+        return _inside("idempotency_key").key
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Mapping[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._drive("step")
+        name = determinism.check_name(name, "ctx.step")
+        if not callable(fn):
+            raise UsageError(f"ctx.step({name!r}, fn): fn must be a function, not {fn!r}")
+        policy, limit = _policy(retry, f"ctx.step({name!r})"), _limit(timeout_ms, name)
+        data = {"type": "step", "function": getattr(fn, "__qualname__", repr(fn))[:200]}
+
+        async def work(_: _Attempt) -> Any:
+            return await _call(fn, args, kwargs)
+
+        return await self._perform(name, data, work, policy, limit)
+
+    async def model(
+        self,
+        model: str,
+        *,
+        prompt: str | None = None,
+        system: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[str | Mapping[str, Any]] | None = None,
+        name: str = "model",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        retry: Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        d = self._drive("model")
+        name = determinism.check_name(name, "ctx.model")
+        if not isinstance(model, str) or not model:
+            raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
+        problem = registry.model_problem(model, registry.default().routes)
+        if problem is not None:
+            raise UsageError(f"ctx.model({model!r}): {problem}")
+        conversation = _messages(prompt, messages)
+        specs = _tool_specs(d, tools or ())
+        policy = _policy(retry, f"ctx.model({name!r})")
+
+        def spent() -> Any:
+            return spent_in(
+                out.get("usage")
+                for s, out in d.outputs.items()
+                if d.types.get(s) == "llm" and isinstance(out, dict)
+            )
+
+        async def work(a: _Attempt) -> Any:
+            request = ModelRequest(
+                model=model,
+                messages=conversation,
+                idempotency_key=a.key,
+                system=system,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                tools=specs,
+            )
+            result = await call(d.host.models, request, gate(d.host.store, d.run, None, spent))
+            output = result.output()
+            output["toolCalls"] = tool_calls_json(result.response.tool_calls)
+            return output
+
+        data = {"type": "llm", "model": model}
+        output = await self._perform(name, data, work, policy, None, usage=journal_usage)
+        return ModelReply.from_json(output)
+
+    async def tool(self, name: str, /, **args: Any) -> Any:
+        d = self._drive("tool")
+        name = determinism.check_name(name, "ctx.tool")
+        found = d.host.app.tools.get(name)
+        if found is None:
+            raise UsageError(f"ctx.tool({name!r}): no such tool is registered (use @app.tool)")
+        try:
+            json.loads(dumps(args))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"ctx.tool({name!r}): the arguments are not JSON: {exc}") from None
+
+        async def work(a: _Attempt) -> Any:
+            try:
+                checked = tools.validated(found, dict(args))
+            except ValueError as exc:
+                message = " ".join(str(exc).split())
+                raise StepError(
+                    f"invalid arguments for {name!r}: {message}", error_class="tool"
+                ) from None
+            context = _tool_context(d, a)
+            return await found.call(context, checked)
+
+        data = {"type": "tool", "call": {"tool": name, "args": args}}
+        return await self._perform(name, data, work, RetryPolicy(), None)
+
+    async def deliver_once(self, name: str, fn: Callable[[], Any]) -> Any:
+        self._drive("deliver_once")
+        current = _CURRENT.get()
+        if current is not None:  # a delivery of the step it is called in, as for tools
+            return await current.deliveries.once(name, fn)
+        name = determinism.check_name(name, "ctx.deliver_once")
+
+        async def work(a: _Attempt) -> Any:
+            return await a.deliveries.once(name, fn)
+
+        return await self._perform(name, {"type": "delivery"}, work, RetryPolicy(), None)
+
+    async def sleep(self, name: str, *, seconds: float) -> None:
+        self._drive("sleep")
+        name = determinism.check_name(name, "ctx.sleep")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise UsageError(f"ctx.sleep({name!r}): seconds must be a number >= 0")
+        await self._timer(name, int(time.time() * 1000 + seconds * 1000))
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        self._drive("sleep_until")
+        name = determinism.check_name(name, "ctx.sleep_until")
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise UsageError(f"ctx.sleep_until({name!r}): when must be an aware datetime")
+        await self._timer(name, int(when.timestamp() * 1000))
+
+    async def _timer(self, name: str, due_ms: int) -> None:
+        async def wait(step: str, attempt: int) -> dict[str, Any]:
+            return {"kind": "timer", "dueAt": due_ms}
+
+        await self._wait(name, {"type": "sleep"}, wait)
+
+    async def approval(
+        self,
+        name: str,
+        *,
+        prompt: str = "",
+        assignees: Sequence[str] = (),
+        timeout_ms: int | None = None,
+        on_timeout: str = "reject",
+    ) -> Approval:
+        self._drive("approval")
+        name = determinism.check_name(name, "ctx.approval")
+        if not isinstance(prompt, str):
+            raise UsageError(f"ctx.approval({name!r}): prompt must be a string")
+        if isinstance(assignees, str) or not all(isinstance(a, str) for a in assignees):
+            raise UsageError(f"ctx.approval({name!r}): assignees must be a list of strings")
+        if on_timeout not in ("approve", "reject"):
+            raise UsageError(f"ctx.approval({name!r}): on_timeout is 'approve' or 'reject'")
+        limit = _limit(timeout_ms, name)
+
+        async def wait(step: str, attempt: int) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "kind": "approval",
+                "prompt": prompt,
+                "assignees": list(assignees),
+            }
+            if limit is not None:
+                data["dueAt"] = int(time.time() * 1000 + limit * 1000)
+                data["onTimeout"] = on_timeout
+            return data
+
+        answer = await self._wait(name, {"type": "approval"}, wait)
+        return Approval(answer.get("decision", "rejected"), answer.get("by"), answer.get("comment"))
+
+    async def run_agent(self, name: str, input: Any) -> Any:
+        d = self._drive("run_agent")
+        name = determinism.check_name(name, "ctx.run_agent")
+
+        async def wait(step: str, attempt: int) -> dict[str, Any]:
+            child = child_run_id(d.run.id, step, attempt)
+            try:
+                await runs.create_run(
+                    d.host.store,
+                    name,
+                    input,
+                    d.run.workspace,
+                    idempotency_key=f"subagent:{child}",
+                    run_id=child,
+                    parent_id=d.run.id,
+                    app=d.host.app,
+                )
+            except (NotFound, UsageError, Conflict) as exc:
+                raise StepError(f"sub-agent {name!r}: {exc}", error_class="tool") from exc
+            d.host.on_queued()
+            return {"kind": "subagent", "agentName": name, "childRunId": child}
+
+        return await self._wait(name, {"type": "subagent", "agentName": name}, wait)
+
+    # -- the step protocol -----------------------------------------------------------------
+
+    async def _perform(
+        self,
+        name: str,
+        data: dict[str, Any],
+        work: Callable[[_Attempt], Awaitable[Any]],
+        policy: RetryPolicy,
+        limit: float | None,
+        *,
+        usage: Callable[[Any], dict[str, Any] | None] | None = None,
+    ) -> Any:
+        d = self._d
+        _not_nested(name)
+        step = d.claim(name)
+        if d.must_stop():
+            await d.stopped()
+        if step in d.outputs:
+            return d.outputs[step]
+        if step in d.errors:
+            raise FailedStep(step, d.errors[step])
+        due: int | None = None
+        if step in d.retrying:  # a backoff a crash or a park cut short
+            attempt, due = d.retrying[step]
+            start = True
+        elif step in d.attempts:  # in flight at a crash: the same attempt, the same key
+            attempt, start = d.attempts[step], False
+        else:
+            attempt, start = 1, True
+        while True:
+            if due is not None:
+                await self._until(due)
+            if start:
+                d.retrying.pop(step, None)
+                d.attempts[step] = attempt
+                if step not in d.order:
+                    d.order.append(step)
+                await d.emit([(ev.STEP_STARTED, data, step, attempt)])
+            await d.durable()
+            if d.must_stop():
+                await d.stopped()
+            d.check_live()
+            outcome = await self._attempt(step, attempt, work, limit)
+            if not isinstance(outcome, StepError):
+                done = d.complete(step, attempt, outcome, usage or _no_usage)
+                if not isinstance(done, StepError):
+                    d.add(done)
+                    await d.notice([done])  # a cost or token spike
+                    return d.outputs[step]
+                outcome = done
+            event, retry = d.failure(step, attempt, outcome, policy)
+            d.pending.append(event)
+            await d.notice([event])  # a retry storm
+            if retry is not None:
+                _, attempt, due = retry
+                d.retrying[step] = (attempt, due)
+                start = True
+                continue
+            error = outcome.to_json()
+            d.errors[step] = error
+            await d.durable()
+            raise FailedStep(step, error)
+
+    async def _attempt(
+        self,
+        step: str,
+        attempt: int,
+        work: Callable[[_Attempt], Awaitable[Any]],
+        limit: float | None,
+    ) -> Any:
+        """One attempt through Drive's ``perform`` (its span, duration and timeout); the
+        step's context variable is set for the task it runs in."""
+        d = self._d
+        current = _Attempt(step, attempt, d.key(step, attempt), d.deliveries(step, attempt))
+        token = _CURRENT.set(current)
+        try:
+            task = d.perform(step, attempt, work(current), limit)
+        finally:
+            _CURRENT.reset(token)
+        d.begin_attempt()
+        try:
+            return await task
+        except StepError as exc:
+            return exc
+        except LanternError:
+            raise  # a lost lease, a store failure: not the step's
+        except Exception as exc:  # the user's function raised: retryable, as in Temporal
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())
+            return StepError(message, error_class="tool", retryable=True)
+        finally:
+            d.end_attempt()
+
+    async def _until(self, due_ms: int) -> None:
+        """Wait out a backoff; a park or a stop meanwhile leaves it to the next drive."""
+        d = self._d
+        delay = max(0.0, due_ms / 1000 - time.time())
+        halt = asyncio.ensure_future(d.halt.wait())
+        try:
+            await asyncio.wait([halt], timeout=delay)
+        finally:
+            halt.cancel()
+        if d.must_stop():
+            await d.stopped()
+
+    async def _wait(
+        self,
+        name: str,
+        data: dict[str, Any],
+        make: Callable[[str, int], Awaitable[dict[str, Any]]],
+    ) -> Any:
+        d = self._d
+        _not_nested(name)
+        step = d.claim(name)
+        if d.must_stop():
+            await d.stopped()
+        if step in d.outputs:
+            return d.outputs[step]
+        if step in d.errors:
+            raise FailedStep(step, d.errors[step])
+        wait = d.waiting.get(step)
+        if wait is None:
+            drafts: list[Draft] = []
+            attempt = d.attempts.get(step)
+            if attempt is None:
+                attempt = d.attempts[step] = 1
+                d.order.append(step)
+                drafts.append((ev.STEP_STARTED, data, step, 1))
+            if data["type"] == "subagent":  # the start is durable before the child exists
+                await d.emit(drafts)
+                drafts = []
+                await d.durable()
+                d.check_live()
+            try:
+                wait = await make(step, attempt)
+            except StepError as exc:
+                error = exc.to_json()
+                await d.emit([*drafts, (ev.STEP_FAILED, {"error": error}, step, attempt)])
+                d.errors[step] = error
+                await d.durable()
+                raise FailedStep(step, error) from None
+            await d.emit([*drafts, (ev.STEP_WAITING, wait, step, attempt)])
+            d.waiting[step] = wait
+            await d.durable()
+        found = await resolved(d.host.store, d.run.id, step, wait)
+        if found is None:
+            d.parked[step] = wait
+            d.halt.set()
+            await d.stopped()
+        assert found is not None
+        resumed, outcome = found
+        d.waiting.pop(step, None)
+        attempt = d.attempts.get(step, 1)
+        if isinstance(outcome, StepError):
+            error = outcome.to_json()
+            await d.emit(
+                [
+                    (ev.STEP_RESUMED, resumed, step, attempt),
+                    (ev.STEP_FAILED, {"error": error}, step, attempt),
+                ]
+            )
+            d.errors[step] = error
+            await d.durable()
+            raise FailedStep(step, error)
+        await d.emit([(ev.STEP_RESUMED, resumed, step, attempt)])
+        done = d.complete(step, attempt, outcome, _no_usage)
+        assert not isinstance(done, StepError), "a decision or a child's output is JSON"
+        d.add(done)
+        return d.outputs[step]
+
+
+def _no_usage(output: Any) -> None:
+    return None
+
+
+def _not_nested(name: str) -> None:
+    current = _CURRENT.get()
+    if current is not None:
+        raise UsageError(
+            f"ctx call {name!r} inside the step {current.step!r}: steps do not nest;"
+            " call the function directly"
+        )
+
+
+def _tool_context(d: FunctionDrive, a: _Attempt) -> Any:
+    from lantern.app import ToolContext
+
+    return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once)
+
+
+async def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        result = await fn(*args, **kwargs)
+    else:
+        # A sync function must not block the event loop that journals every other run.
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _policy(retry: Any, where: str) -> RetryPolicy:
+    if retry is None:
+        return RetryPolicy()
+    if not isinstance(retry, Mapping):
+        raise UsageError(f"{where}: retry must be a mapping such as {{'maxAttempts': 3}}")
+    attempts = retry.get("maxAttempts", 1)
+    backoff = retry.get("backoffMs", 0)
+    classes = retry.get("retryableClasses", ["any"])
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 100:
+        raise UsageError(f"{where}: retry maxAttempts must be an integer from 1 to 100")
+    if isinstance(backoff, bool) or not isinstance(backoff, int) or backoff < 0:
+        raise UsageError(f"{where}: retry backoffMs must be an integer >= 0")
+    if not isinstance(classes, list | tuple) or not set(classes) <= RETRYABLE_CLASSES:
+        known = ", ".join(sorted(RETRYABLE_CLASSES))
+        raise UsageError(f"{where}: retry retryableClasses are some of {known}")
+    return RetryPolicy.of({"retry": {**retry, "retryableClasses": list(classes)}})
+
+
+def _limit(timeout_ms: Any, name: str) -> float | None:
+    if timeout_ms is None:
+        return None
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+        raise UsageError(f"{name!r}: timeout_ms must be a positive integer")
+    return timeout_ms / 1000
+
+
+def _messages(
+    prompt: str | None, messages: Sequence[Mapping[str, Any]] | None
+) -> tuple[Message, ...]:
+    out: list[Message] = []
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise UsageError("ctx.model: prompt must be a string")
+        out.append(Message("user", prompt))
+    for m in messages or ():
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if role not in ("user", "assistant", "tool") or not isinstance(m.get("content"), str):
+            raise UsageError(
+                "ctx.model: each message is {'role': 'user'|'assistant'|'tool', 'content': str}"
+            )
+        calls = tuple(ToolCall.from_json(c) for c in m.get("toolCalls") or ())
+        out.append(Message(role, m["content"], calls, m.get("toolCallId")))
+    if not out:
+        raise UsageError("ctx.model: give a prompt or messages")
+    return tuple(out)
+
+
+def _tool_specs(d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
+    names = [t for t in given if isinstance(t, str)]
+    wires = {name: wire for wire, name in tools.wire_names(names).items()}
+    specs = []
+    for t in given:
+        if isinstance(t, str):
+            found = d.host.app.tools.get(t)
+            if found is None:
+                raise UsageError(f"ctx.model: no tool {t!r} is registered (use @app.tool)")
+            specs.append(tools.spec(found, wires[t]))
+        elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
+            specs.append(
+                ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))
+            )
+        else:
+            raise UsageError("ctx.model: tools are tool names or {name, description, parameters}")
+    return tuple(specs)
+
+
+class BlockingContext:
+    """The Context of a plain ``def`` agent: the same calls, each blocking its thread until
+    the engine's event loop has done it."""
+
+    def __init__(self, ctx: EngineContext, loop: asyncio.AbstractEventLoop) -> None:
+        self._ctx = ctx
+        self._loop = loop
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self._aborted = False
+        self._lock = threading.Lock()
+
+    def abort(self) -> None:
+        """The drive stops the function: every blocked call raises CancelledError."""
+        with self._lock:
+            self._aborted = True
+            for f in self._futures:
+                f.cancel()
+
+    def _do(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        if _on_loop(self._loop):
+            raise UsageError("a blocking ctx call was made on the event loop; await ctx instead")
+        current = _CURRENT.get()  # the step this thread is in, for the loop's side
+
+        async def as_here() -> T:
+            _CURRENT.set(current)
+            return await make()
+
+        with self._lock:
+            if self._aborted:
+                raise concurrent.futures.CancelledError()
+            future = asyncio.run_coroutine_threadsafe(as_here(), self._loop)
+            self._futures.add(future)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._futures.discard(future)
+
+    @property
+    def run_id(self) -> str:
+        return self._ctx.run_id
+
+    @property
+    def step_id(self) -> str:
+        return self._ctx.step_id
+
+    @property
+    def attempt(self) -> int:
+        return self._ctx.attempt
+
+    @property
+    def idempotency_key(self) -> str:
+        return self._ctx.idempotency_key
+
+    def key_for(self, name: str) -> str:
+        return self._ctx.key_for(name)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return self._do(lambda: self._ctx.step(name, fn, *args, **kwargs))
+
+    def model(self, model: str, **kwargs: Any) -> ModelReply:
+        return self._do(lambda: self._ctx.model(model, **kwargs))
+
+    def tool(self, name: str, /, **args: Any) -> Any:
+        return self._do(lambda: self._ctx.tool(name, **args))
+
+    def sleep(self, name: str, *, seconds: float) -> None:
+        self._do(lambda: self._ctx.sleep(name, seconds=seconds))
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        self._do(lambda: self._ctx.sleep_until(name, when))
+
+    def approval(self, name: str, **kwargs: Any) -> Approval:
+        return self._do(lambda: self._ctx.approval(name, **kwargs))
+
+    def run_agent(self, name: str, input: Any) -> Any:
+        return self._do(lambda: self._ctx.run_agent(name, input))
+
+    def deliver_once(self, name: str, fn: Callable[[], Any]) -> Any:
+        return self._do(lambda: self._ctx.deliver_once(name, fn))
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

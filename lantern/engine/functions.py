@@ -1,0 +1,419 @@
+"""Drives a code-first agent: the user's function runs, and every ``ctx`` call is a step.
+
+The journal discipline is the runner's. A step's ``step_started`` is committed before its
+function is invoked; its ``step_completed`` is committed with whatever the code asks for next
+(the next ``step_started``, or the run's end), or on the next turn of the event loop when the
+code goes on with something else, so a step costs one commit, as a graph's does. Commits are
+grouped: the starts of 32 concurrent steps go out in one or two transactions.
+
+A re-drive runs the function again from the top. Each call gets its step id (``name``,
+``name#2``, ...) and must ask for the step the journal holds at that position
+(``determinism``); a completed step returns its journaled output without being invoked; a
+failed one raises its journaled error; the one in flight at the crash runs again with the
+attempt it started with, so with the same idempotency key; a retry waiting out its backoff
+waits until the journaled due time.
+
+``sleep``, ``approval`` and ``run_agent`` park: their wait is journaled (``step_waiting``
+with a due time, an approval, a child run), the steps still running finish, the function is
+stopped, and the run gives its lease up in the commit that sets it ``waiting`` (with
+``wake_at`` for a timer). No task and no lease is held while it is parked: the dispatcher of
+any replica claims it when it is due or decided, and the replay brings the function back to
+the parked call, which now returns.
+
+A replica whose App does not have the run's pinned version leaves the run: it journals
+``run_parked`` and sets the run waiting for that version; a replica that has it adopts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from lantern.app import CodeAgent
+from lantern.engine import code_input, determinism
+from lantern.engine import events as ev
+from lantern.engine.anomalies import settings, signature
+from lantern.engine.code_agents import RUN_PARKED, CodeSpec, pinned_version
+from lantern.engine.drive import Drive, DriveHost
+from lantern.engine.journal import EventWriter, RunState, fold
+from lantern.errors import LeaseLost, StepError, UsageError
+from lantern.store.codec import dumps, text_problem
+from lantern.store.records import Event, Lease, NewEvent, Run, RunUpdate
+
+log = logging.getLogger("lantern.functions")
+
+FUNCTION_ERROR = "function_error"
+INVALID_INPUT = "invalid_input"
+INVALID_OUTPUT = "invalid_output"
+
+
+class FailedStep(StepError):
+    """A step that failed for good, raised into the function: catch it to go on without it."""
+
+    def __init__(self, step: str, error: dict[str, Any]) -> None:
+        super().__init__(
+            str(error.get("message", "the step failed")),
+            error_class=error.get("class", "tool"),
+            retryable=bool(error.get("retryable", False)),
+        )
+        self.step = step
+        self.error = error
+
+
+class FunctionDrive(Drive):
+    """One drive of one code-first run: the function decides, ``Drive`` journals."""
+
+    def __init__(self, host: DriveHost, run: Run, spec: CodeSpec) -> None:
+        # A function has no graph to pause at: a "pause" policy is recorded, not applied.
+        super().__init__(host, run, anomalies=settings({}), can_pause=False)
+        self.spec = spec
+        self.agent: CodeAgent | None = host.app.agents.get(run.agent_name)
+        # What the journal holds beyond Drive's view (and, as the drive goes on, what it adds).
+        self.order: list[str] = []  # step ids in the order they were first started
+        self.errors: dict[str, dict[str, Any]] = {}
+        self.retrying: dict[str, tuple[int, int]] = {}
+        self.types: dict[str, str] = {}  # step -> its type (step, llm, tool, sleep, ...)
+        self.names = determinism.StepNames()
+        # Commits: events wait in ``pending`` until a caller needs them durable.
+        self.pending: list[NewEvent] = []
+        self._flushing: asyncio.Future[None] | None = None
+        self._durable_seq = 0
+        self._soon: asyncio.Task[None] | None = None
+        # Why the function must stop (any of them sets ``halt``).
+        self.halt = asyncio.Event()
+        self.parked: dict[str, dict[str, Any]] = {}  # waits this drive parked on
+        self.ending_error: dict[str, Any] | None = None  # the run's error, when the drive fails it
+        self.fatal: BaseException | None = None  # a background commit failed: end with it
+        self.returned = False  # the function has returned (or raised)
+        self.active = 0  # step functions running now
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.closed = False  # the drive has ended: a Context kept past it is refused
+        self._pinned = spec.version
+
+    # -- what Drive asks of a kind of run --------------------------------------------------
+
+    def step_type(self, step: str) -> str:
+        return self.types.get(step, "step")
+
+    def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
+        return [], None  # nothing starts before the function asks for it
+
+    async def begin(self) -> Lease | None:
+        if self.agent is None or self.agent.version != self._pinned:
+            return None  # not ours to start: execute() under an ordinary lease leaves it
+        lease = await super().begin()
+        self._durable_seq = self.writer.seq
+        return lease
+
+    async def execute(self, lease: Lease, state: RunState | None) -> None:
+        """Drive's opening, after two checks of its own: the run's version, and what the
+        journal holds for a function (failed steps' errors, step types, the order)."""
+        self.lease = lease
+        try:
+            if not self._opened:
+                journal: list[Event] = []
+                if state is None:
+                    journal = await self.host.store.events(self.run.id, blobs=True)
+                    state = fold(journal)
+                    self.detector.replay(journal)
+                if state.terminal is not None:
+                    return
+                self._learn(journal, state)
+                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
+                if self.cancelled.is_set():
+                    await self.cancel([])
+                    return
+                self._pinned = pinned_version(self.spec, journal)
+                if self.agent is None or self.agent.version != self._pinned:
+                    await self._leave()
+                    return
+                events, update = self._open(state)
+                await self.commit(events, update)
+                self._durable_seq = self.writer.seq
+            if self.final is None:
+                await self.proceed()
+        finally:
+            self.closed = True
+            if self._soon is not None:
+                self._soon.cancel()
+
+    def _learn(self, journal: list[Event], state: RunState) -> None:
+        self.order = list(state.attempts)
+        self.retrying = dict(state.backing_off)
+        for e in journal:
+            if e.kind == ev.STEP_FAILED and e.step_id is not None:
+                self.errors[e.step_id] = dict(e.data.get("error") or {})
+            elif e.kind == ev.STEP_STARTED and e.step_id:
+                self.types[e.step_id] = str(e.data.get("type", "step"))
+
+    async def _leave(self) -> None:
+        """This replica lacks the run's version: park the run until one that has it adopts
+        it (or an operator moves it to another version)."""
+        have = None if self.agent is None else self.agent.version
+        data: dict[str, Any] = {
+            "reason": "version",
+            "version": self._pinned,
+            "worker": self.host.worker_id,
+            "workerVersion": have,
+        }
+        event = self.writer.event(RUN_PARKED, data)
+        await self.commit([event], RunUpdate("waiting", waiting_for=self._pinned))
+        log.warning(
+            "run %s needs version %s of agent %s; this replica has %s: leaving it",
+            self.run.id,
+            self._pinned,
+            self.run.agent_name,
+            have or "no such agent",
+        )
+
+    # -- the function ----------------------------------------------------------------------
+
+    async def proceed(self) -> None:
+        assert self.agent is not None
+        try:
+            kwargs = code_input.arguments(self.agent, self.run.input)
+        except UsageError as exc:
+            invalid = {"code": INVALID_INPUT, "message": str(exc)}
+            await self._end(lambda: self.run_failed(invalid))
+            return
+        from lantern.engine.function_context import BlockingContext, EngineContext
+
+        ctx = EngineContext(self)
+        facade: BlockingContext | None = None
+        work: Awaitable[Any]
+        if self.agent.blocking:
+            facade = BlockingContext(ctx, asyncio.get_running_loop())
+            work = asyncio.to_thread(self.agent.fn, facade, **kwargs)
+        else:
+            work = self.agent.fn(ctx, **kwargs)
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(self._returning)
+        watch = [
+            asyncio.ensure_future(self.cancelled.wait()),
+            asyncio.ensure_future(self.halt.wait()),
+            asyncio.ensure_future(self.host.stopping.wait()),
+        ]
+        try:
+            await asyncio.wait([task, *watch], return_when=asyncio.FIRST_COMPLETED)
+            if self.fatal is not None:
+                await self._stop_function(task, facade)
+                raise self.fatal
+            if task.done():
+                await self._returned(task)
+                return
+            if not self.cancelled.is_set() and self.ending_error is None:
+                await self._settle_steps()  # a park or a clean stop: let running steps end
+            await self._stop_function(task, facade)
+            await self._stopped()
+        finally:
+            for w in watch:
+                w.cancel()
+            if not task.done():
+                await self._stop_function(task, facade)
+
+    async def _settle_steps(self) -> None:
+        cancel = asyncio.ensure_future(self.cancelled.wait())
+        idle = asyncio.ensure_future(self.idle.wait())
+        try:
+            await asyncio.wait([cancel, idle], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel.cancel()
+            idle.cancel()
+
+    async def _stop_function(self, task: asyncio.Future[Any], facade: Any) -> None:
+        if facade is not None:
+            facade.abort()  # the thread unwinds out of its blocked call
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _stopped(self) -> None:
+        """The function was stopped: journal why (and what did complete)."""
+        if self.cancelled.is_set():
+            await self._end(self._cancelled)
+        elif self.ending_error is not None:
+            failure = self.ending_error
+            await self._end(lambda: self.run_failed(failure))
+        elif self.parked:
+            await self._park()
+        else:  # a clean stop of this replica: what finished is kept, the rest re-runs
+            await self.durable()
+
+    def _cancelled(self) -> tuple[NewEvent, RunUpdate]:
+        event = self.writer.event(ev.RUN_CANCELLED, {"by": "request"})
+        return event, RunUpdate("cancelled", error=ev.CANCELLED)
+
+    async def _returned(self, task: asyncio.Future[Any]) -> None:
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc  # not the function's failure: the process is going down
+        if isinstance(exc, LeaseLost):
+            raise exc  # another replica has the run now
+        if exc is not None:
+            error = self._error_of(exc)
+            await self._end(lambda: self.run_failed(error))
+            return
+        found = determinism.unfinished(self.order, self.names.position)
+        if found is not None:
+            mismatch = found.error()
+            await self._end(lambda: self.run_failed(mismatch))
+            return
+        value = task.result()
+        try:
+            body = dumps(value)
+            problem = text_problem(body)
+        except (TypeError, ValueError) as err:
+            problem = f"it is not JSON: {err}"
+        if problem is not None:
+            error = {
+                "code": INVALID_OUTPUT,
+                "message": f"the function returned a value the journal cannot store: {problem}",
+            }
+            await self._end(lambda: self.run_failed(error))
+            return
+        output = json.loads(body)
+        await self._end(lambda: self.succeeded(output))
+
+    def _error_of(self, exc: BaseException) -> dict[str, Any]:
+        if isinstance(exc, FailedStep):
+            return ev.step_failed_error(exc.step, exc.error)
+        log.error(
+            "run %s: the function of agent %s raised",
+            self.run.id,
+            self.run.agent_name,
+            exc_info=exc,
+        )
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return {"code": FUNCTION_ERROR, "type": type(exc).__name__, "message": message}
+
+    async def _end(self, end: Callable[[], tuple[NewEvent, RunUpdate]]) -> None:
+        """Journal the run's end after what is pending; ``end`` makes its event when the
+        commit starts, so that event is the commit's last and never apart from its status."""
+        await self.durable(end=end)
+
+    async def _park(self) -> None:
+        """Give the lease up and hold no task: a timer, a decision or a child wakes the run."""
+        await self.durable(RunUpdate("waiting", wake_at=self._wake_at()))
+        from lantern.engine.function_waits import resolved
+
+        # A decision or a child's end that landed before the park found the run running, so
+        # nothing woke it: look once more.
+        for step, wait in self.parked.items():
+            if await resolved(self.host.store, self.run.id, step, wait) is not None:
+                await self.host.store.wake(self.run.id)
+                break
+
+    def _wake_at(self) -> datetime | None:
+        due = [w["dueAt"] for w in self.parked.values() if "dueAt" in w]
+        due += [d for _, d in self.retrying.values()]
+        return datetime.fromtimestamp(min(due) / 1000, UTC) if due else None
+
+    # -- steps (called by the Context) -----------------------------------------------------
+
+    def claim(self, name: str) -> str:
+        """The next call's step id, checked against the journal's order."""
+        step = self.names.next(name)
+        found = determinism.mismatch(self.order, self.names.position, step)
+        if found is not None and self.ending_error is None:
+            self.ending_error = found.error()
+            self.halt.set()
+        return step
+
+    async def stopped(self) -> Any:
+        """Where a call goes when the function must stop: it never returns; the drive
+        cancels the function."""
+        await asyncio.Event().wait()
+
+    def check_live(self) -> None:
+        if not self.must_stop():
+            self.ensure_live()
+
+    def must_stop(self) -> bool:
+        return self.halt.is_set() or self.cancelled.is_set() or self.host.stopping.is_set()
+
+    async def emit(self, drafts: list[tuple[str, dict[str, Any], str | None, int | None]]) -> None:
+        """Add events (kind, data, step, attempt) to the pending commit, then the anomalies
+        they raise. Events are made and queued in one go (no await between), so they are
+        committed in the order of their sequence numbers."""
+        events: list[NewEvent] = []
+        for kind, data, step, attempt in drafts:
+            if kind == ev.STEP_STARTED and step is not None and attempt is not None:
+                self.types[step] = str(data.get("type", "step"))
+                events.append(self.start(step, attempt, data))
+            else:
+                events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
+        self.pending += events
+        await self.notice(events)
+
+    async def notice(self, events: list[NewEvent]) -> None:
+        """Journal the anomalies that queued ``events`` raise; one whose policy is ``fail``
+        stops the function and fails the run (a "pause" is recorded: nowhere to park)."""
+        starting = [signature(e.step_id or "", e.data) for e in events if e.kind == ev.STEP_STARTED]
+        for a in await self.detector.check(events, starting):
+            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
+            self.pending.append(self.writer.event(ev.ANOMALY_DETECTED, data))
+            if a.policy == "fail" and self.ending_error is None:
+                self.ending_error = ev.anomaly_error(a.kind, a.detail)
+                self.halt.set()
+
+    def add(self, event: NewEvent) -> None:
+        """A step's completion: durable with the next commit, at the latest on the next turn
+        of the event loop."""
+        self.pending.append(event)
+        if self._soon is None or self._soon.done():
+            self._soon = asyncio.ensure_future(self._flush_soon())
+
+    def _returning(self, task: asyncio.Future[Any]) -> None:
+        self.returned = True  # the function's end commits what is pending, with the end
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(0)
+        if self.pending and not self.closed and not self.returned:
+            try:
+                await self.durable()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # a lost lease, the store away: end the drive with it
+                self.fatal = exc
+                self.halt.set()
+
+    async def durable(
+        self,
+        update: RunUpdate | None = None,
+        end: Callable[[], tuple[NewEvent, RunUpdate]] | None = None,
+    ) -> None:
+        """Commit every event added so far (and ``update``, or the run's ``end``), in order,
+        through Drive's fenced commit. Callers that come while a commit is in flight are
+        served together by the next one."""
+        while self._durable_seq < self.writer.seq or update is not None or end is not None:
+            if self._flushing is None:
+                batch, self.pending = self.pending, []
+                if end is not None:
+                    last, update = end()
+                    batch.append(last)
+                    end = None
+                this, update = update, None
+                self._flushing = asyncio.ensure_future(self._commit(batch, this))
+                self._flushing.add_done_callback(self._flushed)
+            await asyncio.shield(self._flushing)
+
+    def _flushed(self, done: asyncio.Future[None]) -> None:
+        self._flushing = None
+
+    async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
+        await self.commit(events, update)
+        if events:
+            self._durable_seq = events[-1].seq
+
+    def begin_attempt(self) -> None:
+        self.active += 1
+        self.idle.clear()
+
+    def end_attempt(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.idle.set()

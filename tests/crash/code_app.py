@@ -1,0 +1,75 @@
+"""Code-first agents the real-process tests load with ``--app tests.crash.code_app:app``.
+
+The SIGKILL hook is crash_app's (``LANTERN_TEST_CRASH_AFTER``). ``LANTERN_TEST_SECOND_STEP``
+stands for a code change between a crash and the restart that keeps the agent's pinned
+version: the ``renamed`` agent's second step is named after it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import httpx
+
+import lantern
+from tests.crash.crash_app import crash_after
+
+app = lantern.App()
+app.on_commit(crash_after)
+
+
+async def post(ctx: lantern.Context, url: str, k: int, previous: Any) -> Any:
+    """An HTTP step: its idempotency key goes to the receiver with the request."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(
+            f"{url}/s{k}",
+            json={"step": k, "previous": previous},
+            headers={"Idempotency-Key": ctx.idempotency_key},
+        )
+    answer.raise_for_status()
+    return answer.json()
+
+
+@app.agent("code-chain")
+async def code_chain(ctx: lantern.Context, url: str, n: int = 4) -> dict[str, Any]:
+    previous = None
+    answers = []
+    for k in range(1, n + 1):
+        previous = await ctx.step(f"s{k}", post, ctx, url, k, previous)
+        answers.append(previous)
+    return {"answers": answers}
+
+
+@app.agent("renamed", version="1")
+async def renamed(ctx: lantern.Context, url: str) -> str:
+    await ctx.step("s1", post, ctx, url, 1, None)
+    await ctx.step(os.environ.get("LANTERN_TEST_SECOND_STEP", "s2"), post, ctx, url, 2, None)
+    return "done"
+
+
+@app.agent("napper")
+async def napper(ctx: lantern.Context, seconds: float = 3) -> dict[str, float]:
+    before = await ctx.step("before", time.time)
+    await ctx.sleep("nap", seconds=seconds)
+    after = await ctx.step("after", time.time)
+    return {"before": before, "after": after}
+
+
+@app.agent("publisher")
+async def publisher(ctx: lantern.Context, text: str) -> dict[str, Any]:
+    draft = await ctx.step("draft", lambda: text.upper())
+    verdict = await ctx.approval("publish", prompt=f"Publish {draft!r}?")
+    return {"draft": draft, "approved": verdict.approved, "by": verdict.by}
+
+
+@app.agent("child")
+async def child(ctx: lantern.Context, x: int) -> dict[str, int]:
+    return {"doubled": await ctx.step("double", lambda: 2 * x)}
+
+
+@app.agent("parent")
+async def parent(ctx: lantern.Context, x: int) -> Any:
+    got = await ctx.run_agent("child", {"x": x})
+    return {"child": got}
