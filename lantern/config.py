@@ -45,7 +45,8 @@ def _integer(env: Mapping[str, str], name: str, default: int) -> int:
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
-    lease_ttl: float = 600.0
+    lease_ttl: float = 60.0
+    step_timeout: float = 600.0  # LANTERN_STEP_TIMEOUT: a step's limit unless it sets its own
     recovery_interval: float = 30.0
     worker_id: str = ""
     host: str = "127.0.0.1"
@@ -74,7 +75,8 @@ class Settings:
         port = _integer(e, "LANTERN_PORT", 8787)
         return cls(
             database_url=e.get("LANTERN_DATABASE_URL", DEFAULT_DATABASE_URL),
-            lease_ttl=_duration(e, "LANTERN_LEASE_TTL", "10m"),
+            lease_ttl=_duration(e, "LANTERN_LEASE_TTL", "60s"),
+            step_timeout=_duration(e, "LANTERN_STEP_TIMEOUT", "10m"),
             recovery_interval=_duration(e, "LANTERN_RECOVERY_INTERVAL", "30s"),
             worker_id=e.get("LANTERN_WORKER_ID") or f"{socket.gethostname()}:{port}",
             host=e.get("LANTERN_HOST", "127.0.0.1"),

@@ -27,12 +27,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def make_key(database_url: str, workspace: str, scopes: str) -> str:
+def make_key(database_url: str, workspace: str, scopes: str, name: str | None = None) -> str:
     async def issue() -> str:
         store = open_store(database_url)
         await store.open()
         try:
-            _, plaintext = await issue_key(store, workspace, set(scopes.split(",")))
+            _, plaintext = await issue_key(store, workspace, set(scopes.split(",")), name)
         finally:
             await store.close()
         return plaintext

@@ -19,9 +19,12 @@ def keys() -> None:
 @keys.command("create")
 @click.option("--scopes", required=True, help="Comma-separated: runs:execute,runs:read,...")
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True)
+@click.option("--name", help="Who holds the key (shown where it approves or cancels).")
 @click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 @click.pass_context
-def create(ctx: click.Context, scopes: str, workspace: str, database_url: str | None) -> None:
+def create(
+    ctx: click.Context, scopes: str, workspace: str, name: str | None, database_url: str | None
+) -> None:
     """Print a new key. It is shown this once: only its hash is stored."""
     with_database(ctx, database_url)
     s = settings(ctx)
@@ -29,7 +32,7 @@ def create(ctx: click.Context, scopes: str, workspace: str, database_url: str | 
     async def body() -> None:
         async with opened(s) as store:
             wanted = {p.strip() for p in scopes.split(",") if p.strip()}
-            _, plaintext = await issue_key(store, workspace, wanted)
+            _, plaintext = await issue_key(store, workspace, wanted, name)
         click.echo(plaintext)
 
     run(body)
@@ -47,10 +50,11 @@ def list_keys(ctx: click.Context, workspace: str | None, database_url: str | Non
     async def body() -> None:
         async with opened(s) as store:
             found = await store.list_api_keys(workspace)
-        table = Table("id", "workspace", "scopes", "created", "revoked")
+        table = Table("id", "name", "workspace", "scopes", "created", "revoked")
         for k in found:
             table.add_row(
                 k.id,
+                k.name or "",
                 k.workspace,
                 " ".join(sorted(k.scopes)),
                 k.created_at.isoformat(" ", "seconds"),

@@ -144,7 +144,13 @@ def run_agent(
             if not wait:
                 click.echo(created.id)
                 return 0
-            async with Worker(store, app, worker_id=cli_worker_id(s), lease_ttl=s.lease_ttl) as w:
+            async with Worker(
+                store,
+                app,
+                worker_id=cli_worker_id(s),
+                lease_ttl=s.lease_ttl,
+                step_timeout=s.step_timeout,
+            ) as w:
                 assert w.runner is not None
                 finished = await w.runner.drive(created.id)
             if finished is None:
@@ -286,6 +292,7 @@ def main() -> None:
         follow,
         journal,
         keys,
+        operate,
         receipts,
         runtime,
         secrets,
@@ -305,4 +312,5 @@ def main() -> None:
     cli.add_command(runtime.node)
     runs.add_command(receipts.export_command)
     runs.add_command(follow.follow)
+    operate.install(runs, cli)
     cli(prog_name="lantern")

@@ -17,6 +17,7 @@ from lantern.durations import parse_duration
 from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
 from lantern.models.registry import check_configuration
+from lantern.observability import logs
 from lantern.receipts.keys import load_ring
 from lantern.secrets import box, redact
 from lantern.server.app import create_app
@@ -30,6 +31,14 @@ from lantern.server.app import create_app
 @click.option("--worker-id", help="Overrides LANTERN_WORKER_ID.")
 @click.option("--lease-ttl", help="A Go duration; overrides LANTERN_LEASE_TTL.")
 @click.option("--grace", default="30s", help="How long a clean stop waits for steps in flight.")
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    envvar="LANTERN_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for collectors; LANTERN_LOG_FORMAT.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -41,6 +50,7 @@ def serve(
     worker_id: str | None,
     lease_ttl: str | None,
     grace: str,
+    log_format: logs.LogFormat,
 ) -> None:
     """Serve the API and execute runs: take back this worker's runs, then queued ones."""
     with_database(ctx, database_url)
@@ -67,7 +77,7 @@ def serve(
         box.load(s.secrets_key, s.data_path)  # and LANTERN_SECRETS_KEY, or a readable key file
     except LanternError as exc:
         fail(str(exc), 2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(log_format)
     redact.install_log_filter()  # no log line shows a secret value a step substituted
     for noisy in ("httpx", "httpx2"):  # a line per request (the model SDKs' too) drowns the rest
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -87,6 +97,7 @@ def serve(
             h11_max_incomplete_event_size=16 * 1024,
             timeout_keep_alive=5,
             log_level="info",
+            log_config=None,  # uvicorn's lines go through the handler above, in its format
             timeout_graceful_shutdown=int(grace_s) or 1,
         )
     )

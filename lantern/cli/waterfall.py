@@ -64,6 +64,7 @@ _STYLE = {
     "in flight": "yellow",
     "retried": "magenta",
     "waiting": "blue",
+    "skipped": "dim",
 }
 
 
@@ -73,9 +74,8 @@ class StepRow:
     node_type: str
     start: float  # seconds from run_started
     duration: float | None  # None while in flight
-    status: (
-        str  # completed | failed | retried (failed, another attempt follows) | waiting | in flight
-    )
+    # completed | failed | retried (another attempt follows) | waiting | in flight | skipped
+    status: str
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
     rerun: bool = False  # in flight at a crash, so executed again with the same key
@@ -98,6 +98,11 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
             continue
         if e.kind == ev.STEP_STARTED and e.step_id:
             started.setdefault((e.step_id, e.attempt or 1), (e.at, e.data.get("type", "")))
+            if "replayedFrom" in e.data:  # a retry copied it from the run it retries
+                replayed.add(e.step_id)
+        elif e.kind == ev.STEP_SKIPPED and e.step_id:
+            started.setdefault((e.step_id, 0), (e.at, e.data.get("type", "")))
+            ended[(e.step_id, 0)] = (e.at, "skipped")
         elif e.kind in (ev.STEP_COMPLETED, ev.STEP_FAILED) and e.step_id:
             status = "completed" if e.kind == ev.STEP_COMPLETED else "failed"
             ended[(e.step_id, e.attempt or 1)] = (e.at, status)

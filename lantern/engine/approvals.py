@@ -17,6 +17,8 @@ async def decide(
     decision: Literal["approved", "rejected"],
     decided_by: str,
     comment: str | None = None,
+    *,
+    decided_by_name: str | None = None,
 ) -> Decision:
     """Record the one decision at ``node_id``; Conflict when the run is not waiting there or
     someone decided first. Whichever replica claims the woken run journals it and goes on."""
@@ -26,7 +28,7 @@ async def decide(
     wait = state.waiting.get(node_id)
     if wait is None or wait.get("kind") != "approval":
         raise Conflict(f"run {run.id} is not waiting for a decision at node {node_id!r}")
-    made = Decision(run.id, node_id, decision, decided_by, comment)
+    made = Decision(run.id, node_id, decision, decided_by, comment, None, decided_by_name)
     if not await store.decide(made):
         raise Conflict(f"node {node_id!r} of run {run.id} has already been decided")
     return made

@@ -15,6 +15,7 @@ from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.journal import EventWriter, count_committed, fold
 from lantern.errors import Conflict, NotFound
+from lantern.observability import logs
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, Run, RunUpdate
 
@@ -58,6 +59,11 @@ async def _finish(store: Store, lease: Lease, ttl: float) -> None:
             batch = Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED))
             await commits.append(store, batch, patience=ttl)  # across a database blink
             count_committed((event,))
+            run = await store.get_run(lease.run_id)
+            if run is not None:  # the run's log line, as a drive's commit writes it
+                logs.run_events(
+                    run.id, run.agent_name, run.agent_version, lease.worker_id, (event,)
+                )
             return
     except BaseException:
         with suppress(Exception):  # the first failure is the one to report

@@ -30,6 +30,7 @@ from lantern.models import tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
+from lantern.observability import logs
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import NewEvent, Run, RunUpdate, RunUsage
 
@@ -46,8 +47,9 @@ class Conversation(Drive):
         super().__init__(host, run, anomalies=agent.anomalies, can_pause=False)
         self.agent = agent
         self.retrying: dict[str, tuple[int, int]] = {}  # step -> (next attempt, due ms)
-        self.policy = RetryPolicy.of({"retry": agent.retry})
-        self.timeout = None if agent.timeout_ms is None else agent.timeout_ms / 1000
+        self.policy = RetryPolicy.of({"retry": agent.retry}, "model")
+        # The agent's limit, else the server's (LANTERN_STEP_TIMEOUT).
+        self.timeout = host.step_timeout if agent.timeout_ms is None else agent.timeout_ms / 1000
         self._step: Step | None = None
 
     def step_type(self, step: str) -> str:
@@ -239,6 +241,7 @@ class Conversation(Drive):
                 raise  # a lost lease, a store failure: not the model's business
             return {"error": str(exc)}
         except Exception as exc:
+            logs.tool_raised(action.tool or "?", self.run.id, action.step, exc)
             return {"error": f"{type(exc).__name__}: {exc}"}
         try:
             problem = text_problem(dumps(result))

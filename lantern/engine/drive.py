@@ -81,7 +81,7 @@ from lantern.errors import LeaseLost, StepError
 from lantern.ids import idempotency_key
 from lantern.models.registry import Models
 from lantern.nodes.base import Noted
-from lantern.observability import metrics, tracing
+from lantern.observability import logs, metrics, tracing
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -101,6 +101,7 @@ class DriveHost(Protocol):
     max_recoveries: int
     retry_rates: RetryRates
     live: LiveText  # model steps' text as it is generated, for followers (never journaled)
+    step_timeout: float | None  # a step's limit unless its node or agent sets one
 
     def on_queued(self) -> None:
         """A run was queued here (a child): look for work now."""
@@ -293,6 +294,8 @@ class Drive(ABC):
         if update is not None and update.status in TERMINAL:
             self.final = update
         count_committed(events)
+        run = self.run
+        logs.run_events(run.id, run.agent_name, run.agent_version, self.host.worker_id, events)
         for listener in self.host.app.commit_listeners:
             listener(self.run.id, list(events))
 

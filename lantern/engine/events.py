@@ -26,6 +26,7 @@ STEP_FAILED: Final = "step_failed"
 STEP_RETRYING: Final = "step_retrying"
 STEP_WAITING: Final = "step_waiting"  # parked at an approval or on a sub-agent
 STEP_RESUMED: Final = "step_resumed"
+STEP_SKIPPED: Final = "step_skipped"  # no edge into it was taken (a when, an approval's on)
 
 # -- notes ----------------------------------------------------------------------------------
 ANOMALY_DETECTED: Final = "anomaly_detected"
@@ -50,6 +51,7 @@ E_ANOMALY: Final = "anomaly_detected"
 E_CANCELLED: Final = "cancelled"
 E_RECOVERY_EXHAUSTED: Final = "recovery_exhausted"
 E_MAX_TURNS: Final = "max_turns_exceeded"
+E_WHEN_FAILED: Final = "when_failed"  # an edge's ``when`` could not be evaluated
 E_BUDGET: Final = "budget_exceeded"  # carried by lantern.errors.BudgetExceeded.code
 E_MICROVM_EXHAUSTED: Final = "microvm_resume_exhausted"  # a microVM run lost its third VM
 E_WORKLOAD_FAILED: Final = "workload_failed"  # a microVM workload raised

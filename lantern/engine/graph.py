@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lantern import limits
-from lantern.engine import anomalies
+from lantern.engine import anomalies, when
 from lantern.engine.microvm import MicroVmAgent, parse_microvm
 from lantern.errors import DefinitionError, UsageError
 from lantern.models import registry
@@ -40,8 +40,13 @@ class Graph:
     successors: Mapping[str, tuple[str, ...]]
     trigger: str
     budget: Mapping[str, Any] | None = None  # the agent's {maxUsd, maxTokens}
+    timeout_ms: int | None = None  # the agent's default step timeout (a node's overrides it)
     # (source, target) -> the decision of the source approval that takes the edge
     conditions: Mapping[tuple[str, str], str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # (source, target) -> the edge's ``when`` expression (lantern.engine.when)
+    whens: Mapping[tuple[str, str], str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
     # anomaly kind -> its limits and policy (lantern.engine.anomalies)
@@ -116,6 +121,10 @@ PLAIN_FIELDS = frozenset(
     }
 )
 DEFAULT_MAX_TURNS = 10
+# A graph agent's top-level fields; any other is a typo the user would never hear of.
+GRAPH_FIELDS = frozenset(
+    {"name", "description", "graph", "budget", "anomalies", "timeoutMs", "runtime"}
+)
 
 
 def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
@@ -145,12 +154,24 @@ def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
         raise DefinitionError([*problems, "graph must be an object with 'nodes' and 'edges'"])
+    timeout = definition.get("timeoutMs", 1)
+    if not _is_int(timeout) or timeout <= 0:
+        problems.append("timeoutMs must be a positive integer (milliseconds): every step's limit")
+    unknown = set(definition) - GRAPH_FIELDS
+    if unknown:
+        problems.append(
+            f"a graph agent has no fields {', '.join(sorted(map(str, unknown)))}"
+            f" (known: {', '.join(sorted(GRAPH_FIELDS))})"
+        )
     result = _parse_graph(str(name), graph, problems)
     if problems:
         raise DefinitionError(problems)
     assert result is not None
     return dataclasses.replace(
-        result, anomalies=anomalies.settings(definition), budget=definition.get("budget")
+        result,
+        anomalies=anomalies.settings(definition),
+        budget=definition.get("budget"),
+        timeout_ms=definition.get("timeoutMs"),
     )
 
 
@@ -243,9 +264,11 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
             continue
         nodes[node.id] = node
 
+    node_problems = len(problems)  # the graph's shape can still be checked past these
     succ: dict[str, list[str]] = {n: [] for n in nodes}
     pred: dict[str, list[str]] = {n: [] for n in nodes}
     conditions: dict[tuple[str, str], str] = {}
+    whens: dict[tuple[str, str], str] = {}
     for index, edge in enumerate(raw_edges):
         if not isinstance(edge, dict):
             problems.append(f"edge {index}: must be an object with 'source' and 'target'")
@@ -276,6 +299,12 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
                     f"edge {index} ({source} -> {target}): only an edge out of an approval"
                     " node may have 'on'"
                 )
+            if "when" in edge:
+                bad = when.problem(edge["when"])
+                if bad is not None:
+                    problems.append(f"edge {index} ({source} -> {target}): {bad}")
+                else:
+                    whens[(source, target)] = edge["when"]
 
     triggers = [n.id for n in nodes.values() if n.type == "trigger"]
     if not triggers:
@@ -295,16 +324,45 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
             if n not in seen:
                 problems.append(f"node {n!r}: unreachable from the trigger {triggers[0]!r}")
 
-    if problems:
+    if len(problems) > node_problems:
         return None
-    return Graph(
+    parsed = Graph(
         name=name,
         nodes=MappingProxyType(nodes),
         predecessors=MappingProxyType({k: tuple(v) for k, v in pred.items()}),
         successors=MappingProxyType({k: tuple(v) for k, v in succ.items()}),
         trigger=triggers[0],
         conditions=MappingProxyType(conditions),
+        whens=MappingProxyType(whens),
     )
+    _check_references(parsed, problems)
+    return None if problems else parsed
+
+
+def _check_references(graph: Graph, problems: list[str]) -> None:
+    """A ``when`` may read its source and the source's ancestors; a node's templates, its
+    ancestors. Anything else is not journaled before it runs, so a re-drive could see
+    something else: refused when the definition is applied, naming the node or edge."""
+    for (source, target), text in graph.whens.items():
+        readable = graph.ancestors(source) | {source}
+        for step in sorted(when.steps_named(text) - readable):
+            problems.append(
+                f"edge ({source} -> {target}): 'when' reads steps.{step}, which is not"
+                f" {source!r} or one of its ancestors"
+                + ("" if step in graph.nodes else f" (there is no node {step!r})")
+            )
+    for node in graph.nodes.values():
+        named = set().union(*(when.steps_named(t) for t in when.strings(dict(node.data))))
+        if not named:
+            continue  # most nodes: no walk over their ancestors at all
+        readable = graph.ancestors(node.id)
+        for step in sorted(named - readable):
+            why = (
+                f"there is no node {step!r}"
+                if step not in graph.nodes
+                else f"{step!r} is not one of its ancestors, so it may not have run yet"
+            )
+            problems.append(f"node {node.id!r}: a template reads steps.{step}, but {why}")
 
 
 def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:

@@ -30,7 +30,7 @@ from lantern.engine.graph import Graph
 from lantern.engine.journal import RunState
 from lantern.engine.retries import RetryPolicy, timeout_s
 from lantern.engine.runs import create_run
-from lantern.errors import Conflict, NotFound, StepError, UsageError
+from lantern.errors import Conflict, NotFound, StepError, TemplateError, UsageError
 from lantern.ids import child_run_id
 from lantern.nodes import StepContext
 from lantern.nodes.base import Node, Noted, Waiting
@@ -55,6 +55,7 @@ class GraphDrive(Drive):
         self._spawn_first: list[tuple[str, int]] = []
         self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
         self._secrets: list[str] | None = None
+        self.skipped: set[str] = set()  # journaled as step_skipped
 
     def step_type(self, step: str) -> str:
         node = self.graph.nodes.get(step)
@@ -69,8 +70,13 @@ class GraphDrive(Drive):
     def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         resume = [(s, state.attempts[s]) for s in state.in_flight]
         self._backoffs = state.backing_off
-        planned = self._plan()
-        events = [self.start(s, 1) for s in planned.start]
+        self.skipped = set(state.skipped)
+        try:
+            planned = self._plan()
+        except TemplateError as exc:
+            return self._when_failed(exc)
+        events = self._skips(planned)
+        events += [self.start(s, 1) for s in planned.start]
         self._spawn_first = resume + [(s, 1) for s in planned.start]
         if planned.done:
             event, update = self.succeeded(planned.output)
@@ -85,6 +91,24 @@ class GraphDrive(Drive):
             self.attempts.keys() | self.outputs.keys(),
             parked=bool(self.waiting),
             hold=hold or paused,
+            input=self.run.input,
+        )
+
+    def _skips(self, planned: interpreter.Plan) -> list[NewEvent]:
+        """Journal, once, each step no taken edge reaches any more (``step_skipped``)."""
+        fresh = planned.skipped - self.skipped
+        self.skipped |= fresh
+        return [
+            self.writer.event(ev.STEP_SKIPPED, {"type": self.graph.nodes[n].type}, step_id=n)
+            for n in self.graph.order
+            if n in fresh
+        ]
+
+    def _when_failed(self, exc: TemplateError) -> tuple[list[NewEvent], RunUpdate]:
+        """A ``when`` that cannot be evaluated fails the run: routing must never guess."""
+        error = ev.run_error(ev.E_WHEN_FAILED, str(exc))
+        return [self.writer.event(ev.RUN_FAILED, {"error": error})], RunUpdate(
+            "failed", error=error
         )
 
     async def proceed(self) -> None:
@@ -182,7 +206,7 @@ class GraphDrive(Drive):
                 return None
             outcome = completed
         node = self.graph.nodes.get(step)
-        policy = RetryPolicy.of(node.data if node is not None else {})
+        policy = RetryPolicy.of(node.data, node.type) if node is not None else RetryPolicy()
         event, retry = self.failure(step, attempt, outcome, policy)
         events.append(event)
         if retry is not None:
@@ -207,7 +231,14 @@ class GraphDrive(Drive):
         if cancel.done():
             await self._cancel(events)
             return False
-        fresh = list(self._plan(hold=self.host.stopping.is_set()).start)
+        try:
+            planned_now = self._plan(hold=self.host.stopping.is_set())
+        except TemplateError as exc:
+            routing, ended = self._when_failed(exc)
+            await self.commit([*events, *routing], ended)
+            return False
+        events += self._skips(planned_now)
+        fresh = list(planned_now.start)
         planned = [(s, 1) for s in fresh] + due
         stopped, paused = await self.anomalies(events, [s for s, _ in planned])
         if stopped is not None:
@@ -297,7 +328,11 @@ class GraphDrive(Drive):
             secrets=functools.partial(self.host.secret_values, self.run.workspace),
         )
         times_itself = node.type in WAITING_TYPES or _times_itself(node)
-        limit = None if times_itself else timeout_s(node.data)
+        limit = (
+            None
+            if times_itself
+            else timeout_s(node.data, self.graph.timeout_ms, self.host.step_timeout)
+        )
         task = self.perform(step, attempt, with_secrets(executor_for(node.type))(ctx), limit)
         if not _interruptible(self.host.app, node):
             self.uninterruptible.add(task)

@@ -44,6 +44,7 @@ class RunState:
     outputs: dict[str, Any] = field(default_factory=dict)  # step_id -> output (or OutputRef)
     attempts: dict[str, int] = field(default_factory=dict)  # step_id -> last attempt started
     failed: set[str] = field(default_factory=set)
+    skipped: set[str] = field(default_factory=set)  # steps no taken edge reaches
     last_hash: str = GENESIS
     worker: str | None = None  # the last worker that drove the run
     recoveries: int = 0  # re-drives after a crash or a lost executor
@@ -86,6 +87,8 @@ def fold(events: Iterable[Event]) -> RunState:
         elif e.kind == ev.STEP_COMPLETED and e.step_id is not None:
             state.outputs[e.step_id] = output_of(e)
             state.waiting.pop(e.step_id, None)
+        elif e.kind == ev.STEP_SKIPPED and e.step_id is not None:
+            state.skipped.add(e.step_id)
         elif e.kind == ev.STEP_FAILED and e.step_id is not None:
             state.failed.add(e.step_id)
             state.waiting.pop(e.step_id, None)

@@ -1,6 +1,9 @@
 """Per-step retry policy (``node.data.retry``) and step timeouts (``node.data.timeoutMs``).
 
-``maxAttempts`` counts every attempt, the first included (default 1: no retry). Between
+``maxAttempts`` counts every attempt, the first included. Model and connector steps that say
+nothing are retried on transient errors (a connection reset, a timeout, 408, 409, 429, a 5xx:
+the errors marked retryable) up to 3 attempts from 500 ms of backoff; ``maxAttempts: 1``
+turns that off. Other steps default to one attempt. Between
 attempts the runner journals ``step_retrying {attempt, of, error, delayMs, dueAt}``, where
 ``attempt`` is the attempt about to run; the attempt number is part of the idempotency key,
 so each attempt has its own. The due time is journaled, so a backoff survives a crash and the
@@ -17,6 +20,8 @@ from typing import Any
 from lantern.errors import StepError
 
 MAX_BACKOFF_MS = 5 * 60 * 1000  # one wait between attempts is never longer than this
+# Steps that call a model or a peer over the network: a blip should not fail the run.
+TRANSIENT_KINDS = frozenset({"ai-step", "connector", "model"})
 
 
 @dataclass(frozen=True)
@@ -26,11 +31,12 @@ class RetryPolicy:
     classes: frozenset[str] = frozenset({"any"})
 
     @classmethod
-    def of(cls, data: Mapping[str, Any]) -> RetryPolicy:
-        """The policy of a node's data (validated by the graph parser)."""
+    def of(cls, data: Mapping[str, Any], kind: str | None = None) -> RetryPolicy:
+        """The policy of a node's data (validated by the graph parser); ``kind``, the node's
+        type (``model`` for a plain agent's turns), picks the default when it has none."""
         retry = data.get("retry")
         if not isinstance(retry, Mapping):
-            return cls()
+            return TRANSIENT if kind in TRANSIENT_KINDS else cls()
         # No classes named: every retryable error is retried, as Temporal and DBOS do.
         classes = retry.get("retryableClasses") or ["any"]
         return cls(
@@ -55,8 +61,15 @@ class RetryPolicy:
         return int(ceiling / 2 + random.random() * ceiling / 2)
 
 
-def timeout_s(data: Mapping[str, Any]) -> float | None:
-    value = data.get("timeoutMs")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value / 1000
-    return None
+TRANSIENT = RetryPolicy(3, 500, frozenset({"any"}))
+
+
+def timeout_s(
+    data: Mapping[str, Any], agent_ms: int | None = None, default_s: float | None = None
+) -> float | None:
+    """A step's time limit: the node's ``timeoutMs``, else the agent's, else the server's
+    ``LANTERN_STEP_TIMEOUT``."""
+    for value in (data.get("timeoutMs"), agent_ms):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value / 1000
+    return default_s

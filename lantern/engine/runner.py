@@ -58,11 +58,13 @@ class Runner:
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
         models: Models | None = None,
+        step_timeout: float | None = None,
         live: LiveText | None = None,
         vault: Callable[[], Vault] | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
         self._vault = vault  # made on first use: most runs never open a secret
         # A microVM run is not driven here: this hands it, with its lease, to the tier's
         # scheduler (resumeMicroVMRun). Without one the lease is let go for a replica that has.

@@ -13,6 +13,7 @@ from lantern.app import App
 from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
+from lantern.engine.validate import Knows, tool_problems
 from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.store.base import Store
@@ -23,14 +24,20 @@ DEFAULT_WORKSPACE = "default"
 
 
 async def apply_agent(
-    store: Store, definition: Any, workspace: str = DEFAULT_WORKSPACE
+    store: Store,
+    definition: Any,
+    workspace: str = DEFAULT_WORKSPACE,
+    *,
+    knows_tool: Knows | None = None,
 ) -> AgentVersion:
     """Validate (raising DefinitionError with every problem) and store a new version.
+
+    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks.
 
     Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
     template parsed): it runs on a thread, so the event loop every tenant shares keeps
     answering meanwhile."""
-    graph = await asyncio.to_thread(_validated, definition)
+    graph = await asyncio.to_thread(_validated, definition, knows_tool)
     if isinstance(graph, MicroVmAgent):
         await check_runnable(store, graph)
     return await store.put_agent(workspace, graph.name, definition)
@@ -60,9 +67,10 @@ async def check_runnable(store: Store, agent: MicroVmAgent) -> None:
         raise DefinitionError(problems)
 
 
-def _validated(definition: Any) -> Any:
-    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph;
-    a graph past the node limit is refused before anything walks it."""
+def _validated(definition: Any, knows_tool: Knows | None = None) -> Any:
+    """Storable JSON (depth first, iteratively), within the size limit, then a valid graph
+    whose tools the app has; a graph past the node limit is refused before anything walks it.
+    Every problem of the definition is reported together."""
     graph = definition.get("graph") if isinstance(definition, dict) else None
     nodes = graph.get("nodes") if isinstance(graph, dict) else None
     if isinstance(nodes, list) and len(nodes) > limits.MAX_NODES:
@@ -77,7 +85,14 @@ def _validated(definition: Any) -> Any:
         raise TooLarge(
             f"the definition is {size} bytes; the limit is {limits.MAX_DEFINITION_BYTES} bytes"
         )
-    return parse_agent(definition)
+    missing = [] if knows_tool is None else tool_problems(definition, knows_tool)
+    try:
+        parsed = parse_agent(definition)
+    except DefinitionError as exc:
+        raise DefinitionError([*exc.problems, *missing]) from None
+    if missing:
+        raise DefinitionError(missing)
+    return parsed
 
 
 async def create_run(

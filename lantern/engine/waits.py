@@ -32,7 +32,16 @@ async def resolved(
         if wait.get("kind") == "approval":
             d = decisions.get(step)
             if d is not None:
-                answer = {"decision": d.decision, "by": d.decided_by, "comment": d.comment}
+                answer: dict[str, Any] = {
+                    "decision": d.decision,
+                    "by": d.decided_by,
+                    "comment": d.comment,
+                }
+                if d.decided_by.startswith("key:"):  # who decided, as the journal keeps it
+                    answer["approver"] = {
+                        "keyId": d.decided_by.removeprefix("key:"),
+                        "keyName": d.decided_by_name,
+                    }
             elif "dueAt" in wait and now_ms >= wait["dueAt"]:
                 decision = "approved" if wait.get("onTimeout") == "approve" else "rejected"
                 answer = {"decision": decision, "by": "timeout", "comment": None}
@@ -67,9 +76,8 @@ def _approval_outcome(
     )
     if answer["decision"] == "rejected" and not rejected_edge:
         why = f": {answer['comment']}" if answer.get("comment") else ""
-        return StepError(
-            f"approval {step!r} was rejected by {answer['by']}{why}", error_class="tool"
-        )
+        who = (answer.get("approver") or {}).get("keyName") or answer["by"]
+        return StepError(f"approval {step!r} was rejected by {who}{why}", error_class="tool")
     return wait.get("output", answer)
 
 

@@ -42,11 +42,13 @@ class Worker:
         recovery_interval: float = 30.0,
         max_recoveries: int = 10,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
+        step_timeout: float | None = None,
         egress: EgressPolicy | None = None,
         vault: Vault | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.step_timeout = step_timeout
         self.microvm = microvm
         # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
         self.egress = egress if egress is not None else EgressPolicy.parse(config.egress_allow())
@@ -89,6 +91,7 @@ class Worker:
             max_recoveries=self.max_recoveries,
             on_queued=self.wake,
             issue_receipt=self.issue_receipt,
+            step_timeout=self.step_timeout,
             vault=self.vault,
             live=self.live,
             microvm=self.microvm,

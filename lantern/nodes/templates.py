@@ -147,6 +147,11 @@ def _place(where: str) -> str:
     return f" in {where}" if where else ""
 
 
+def is_single(text: str) -> bool:
+    """Whether ``text`` is exactly one ``{{ expression }}`` (which renders to its own value)."""
+    return _SINGLE.match(text) is not None
+
+
 def check(text: str) -> str | None:
     """The syntax error of a template, or None; used when a definition is applied."""
     try:

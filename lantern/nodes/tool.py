@@ -6,6 +6,7 @@ from typing import Any
 
 from lantern.errors import LanternError, StepError
 from lantern.nodes.base import StepContext
+from lantern.observability import logs
 
 
 async def execute(ctx: StepContext) -> Any:
@@ -22,8 +23,10 @@ async def execute(ctx: StepContext) -> Any:
     except LanternError:
         raise
     except TypeError as exc:
+        logs.tool_raised(name, ctx.run_id, ctx.step_id, exc)  # its own TypeError, perhaps
         raise StepError(f"tool {name!r} rejected its arguments: {exc}", error_class="tool") from exc
     except Exception as exc:
+        logs.tool_raised(name, ctx.run_id, ctx.step_id, exc)
         # An exception may be transient (a timeout, a busy peer): a retry policy naming the
         # tool class retries it. A tool raises lantern.StepError itself to say otherwise.
         raise StepError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 SWEEPS = Counter("lantern_recovery_sweeps", "Recovery sweep passes")
 ORPHANS_FOUND = Counter("lantern_recovery_orphans_found", "Runs found with no live lease")
@@ -144,3 +144,25 @@ def model_usage(output: Any) -> None:
 
 def delivery(kind: str, outcome: str) -> None:
     DELIVERIES.labels(kind, outcome).inc()
+
+
+# Read from the database at each scrape (every replica reports the same, shared numbers).
+RUNS_ACTIVE = Gauge(
+    "lantern_runs",
+    "Unfinished runs, by workspace and status (queued running waiting)",
+    ["workspace", "status"],
+)
+LEASES_HELD = Gauge("lantern_leases_held", "Run leases live now, across every replica")
+OLDEST_QUEUED = Gauge(
+    "lantern_oldest_queued_run_age_seconds", "How long the longest-queued run has waited (0: none)"
+)
+
+
+def set_gauges(
+    runs: Mapping[tuple[str, str], int], leases_held: int, oldest_age_s: float | None
+) -> None:
+    RUNS_ACTIVE.clear()  # a workspace whose runs all finished leaves the report
+    for (workspace, status), count in runs.items():
+        RUNS_ACTIVE.labels(workspace=workspace, status=status).set(count)
+    LEASES_HELD.set(leases_held)
+    OLDEST_QUEUED.set(max(0.0, oldest_age_s or 0.0))

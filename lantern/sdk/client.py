@@ -32,6 +32,7 @@ from lantern.sdk.models import (
     Event,
     EventPage,
     Page,
+    PendingApproval,
     Receipt,
     Run,
     RunStatus,
@@ -234,6 +235,20 @@ class AsyncClient:
         already finished raises ``ConflictError``."""
         path = f"/v1/runs/{_seg(run_id)}/cancel"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
+
+    async def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The approvals the workspace's runs wait on with no decision yet, oldest first."""
+        params = {"status": "pending", "limit": limit}
+        data = await self._send("GET", "/v1/approvals", params=params)
+        return _parse(lambda d: [PendingApproval.from_json(i) for i in d["items"]], data)
+
+    async def retry(self, run_id: str, *, from_step: str | None = None) -> Run:
+        """A new run of a failed or cancelled run's agent version that replays its completed
+        steps before ``from_step`` (all of them when None) and runs on from there. A run that
+        succeeded raises ``ConflictError``."""
+        body = {} if from_step is None else {"fromStep": from_step}
+        path = f"/v1/runs/{_seg(run_id)}/retry"
+        return _parse(Run.from_json, await self._send("POST", path, safe=False, json=body))
 
     async def resume(self, run_id: str, version: str) -> Run:
         """Move a code-first run waiting for a version of its code onto ``version``."""

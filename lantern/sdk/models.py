@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "EventPage",
     "Page",
+    "PendingApproval",
     "Receipt",
     "Run",
     "RunStatus",
@@ -146,6 +147,27 @@ class Delivery:
             status=str(data["status"]),
             idempotency_key=str(data["idempotencyKey"]),
             response=data.get("response"),
+        )
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """An approval a run waits on that nobody has decided yet."""
+
+    run_id: str
+    node_id: str
+    agent_name: str
+    prompt: str | None
+    since: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PendingApproval:
+        return cls(
+            run_id=str(data["runId"]),
+            node_id=str(data["nodeId"]),
+            agent_name=str(data.get("agentName", "")),
+            prompt=data.get("prompt"),
+            since=parse_time(data["since"]),
         )
 
 

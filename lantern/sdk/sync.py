@@ -22,7 +22,17 @@ from typing import Any, Self, TypeVar
 
 from lantern.errors import UsageError
 from lantern.sdk.client import AsyncClient, Decision
-from lantern.sdk.models import Agent, Delivery, Event, Page, Receipt, Run, RunStatus, Worker
+from lantern.sdk.models import (
+    Agent,
+    Delivery,
+    Event,
+    Page,
+    PendingApproval,
+    Receipt,
+    Run,
+    RunStatus,
+    Worker,
+)
 from lantern.sdk.stream import StreamItem
 
 T = TypeVar("T")
@@ -185,6 +195,12 @@ class Client:
 
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
+
+    def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        return self._thread.run(self._async.pending_approvals(limit=limit))
+
+    def retry(self, run_id: str, *, from_step: str | None = None) -> Run:
+        return self._thread.run(self._async.retry(run_id, from_step=from_step))
 
     def resume(self, run_id: str, version: str) -> Run:
         return self._thread.run(self._async.resume(run_id, version))

@@ -33,6 +33,7 @@ from lantern.server.ratelimit import Limiter
 from lantern.server.routes import (
     agents,
     health,
+    operate,
     receipts,
     runs,
     runtime,
@@ -72,13 +73,14 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
             issue_receipt=issuer.after_finish,
+            step_timeout=settings.step_timeout,
             egress=EgressPolicy.parse(settings.egress_allow),
             vault=vault,
             microvm=scheduler.adopt,
         )
         async with worker:
             api.state.services = Services(
-                store, worker, settings, issuer, vault, Limiter(settings.rate_limit)
+                store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
             )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             scheduling = asyncio.create_task(
@@ -101,7 +103,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         lifespan=lifespan,
     )
     problems.install(api)
-    for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui):
+    for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

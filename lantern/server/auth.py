@@ -35,16 +35,21 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def issue_key(store: Store, workspace: str, scopes: set[str]) -> tuple[ApiKey, str]:
-    """Store a new key and return it with its plaintext, which is never seen again."""
+async def issue_key(
+    store: Store, workspace: str, scopes: set[str], name: str | None = None
+) -> tuple[ApiKey, str]:
+    """Store a new key and return it with its plaintext, which is never seen again. ``name``
+    labels whoever holds it (a person, a service): it is shown where the key acts."""
     unknown = scopes - SCOPES
     if unknown or not scopes:
         problem = f"unknown scopes {', '.join(sorted(unknown))}" if unknown else "no scopes"
         raise UsageError(f"{problem}; the scopes are {', '.join(sorted(SCOPES))}")
     if not workspace or len(workspace) > 100:
         raise UsageError("a workspace name is 1-100 characters")
+    if name is not None and (not 1 <= len(name) <= 100 or not name.isprintable()):
+        raise UsageError("a key name is 1-100 printable characters")
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-    key = ApiKey(key_id, workspace, _hash(secret), frozenset(scopes), datetime.now(UTC))
+    key = ApiKey(key_id, workspace, _hash(secret), frozenset(scopes), datetime.now(UTC), name=name)
     await store.create_api_key(key)
     return key, f"{PREFIX}{key_id}_{secret}"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from lantern.app import App
 from lantern.config import Settings
 from lantern.engine.worker import Worker
 from lantern.errors import Forbidden, NotFound
@@ -26,6 +27,14 @@ class Services:
     issuer: Issuer
     vault: Vault
     limiter: Limiter
+    app: App | None = None  # the user's app (--app), when the server loaded one
+
+    def knows_tool(self) -> Callable[[str], bool] | None:
+        """Whether the loaded app registers a tool, or None when no app with tools is
+        loaded (an API-only replica cannot say what the executors have)."""
+        if self.app is None or not self.app.tools:
+            return None
+        return self.app.tools.__contains__
 
 
 def services(request: Request) -> Services:

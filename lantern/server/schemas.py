@@ -30,6 +30,7 @@ class DecisionOut(BaseModel):
     nodeId: str
     decision: Literal["approved", "rejected"]
     decidedBy: str
+    decidedByName: str | None = None  # the deciding key's name
     comment: str | None
 
 
@@ -204,3 +205,26 @@ class Jwk(BaseModel):
 
 class JwkSet(BaseModel):
     keys: list[Jwk]
+
+
+class PendingApprovalOut(BaseModel):
+    runId: str
+    nodeId: str
+    agentName: str
+    prompt: str | None
+    since: str
+
+
+class PendingApprovalList(BaseModel):
+    items: list[PendingApprovalOut]
+
+
+class KeyOut(BaseModel):
+    id: str
+    name: str | None
+    workspace: str
+    scopes: list[str]
+
+
+class RetryRun(Body):
+    fromStep: str | None = Field(default=None, min_length=1, max_length=200)

@@ -18,7 +18,9 @@ from lantern.store.records import (
     Lease,
     NewEvent,
     Orphan,
+    PendingApproval,
     Run,
+    RunGauges,
     RunStatus,
     RunUpdate,
     RunUsage,
@@ -241,6 +243,17 @@ class SigningStore(Protocol):
         issuers agree on a single receipt)."""
 
     async def get_receipt(self, run_id: str) -> StoredReceipt | None: ...
+
+    # operating runs across a workspace
+    async def pending_approvals(self, workspace: str, limit: int = 500) -> list[PendingApproval]:
+        """Approvals the workspace's unfinished runs wait on with no decision, oldest first."""
+
+    async def gauges(self) -> RunGauges:
+        """Unfinished runs by workspace and status, live leases, the oldest queued run."""
+
+    async def create_retry(self, run: Run, events: Sequence[NewEvent]) -> Run:
+        """Store a run pinned to ``run.agent_version``, parked and due now, with its opening
+        events, in one transaction (so it is never seen without them)."""
 
 
 class SecretStore(Protocol):

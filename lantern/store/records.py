@@ -84,6 +84,7 @@ class ApiKey:
     scopes: frozenset[str]
     created_at: datetime
     revoked_at: datetime | None = None
+    name: str | None = None  # a person's or a service's label, shown where the key acts
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ class Decision:
     decided_by: str
     comment: str | None = None
     decided_at: datetime | None = None
+    decided_by_name: str | None = None  # the deciding key's name, when it has one
 
 
 @dataclass(frozen=True)
@@ -247,3 +249,23 @@ class StoredReceipt:
     body: str
     signature: str  # base64url without padding
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """An approval a run waits on and nobody has decided yet."""
+
+    run_id: str
+    node_id: str
+    agent_name: str
+    prompt: str | None
+    since: datetime
+
+
+@dataclass(frozen=True)
+class RunGauges:
+    """What /metrics reports at each scrape: unfinished runs, live leases, the queue's age."""
+
+    runs: dict[tuple[str, str], int]  # (workspace, status) -> runs queued, running or waiting
+    leases_held: int
+    oldest_queued: datetime | None  # when the longest-queued run was created

@@ -92,6 +92,19 @@ def orders_list(customer: str, limit: int = 10) -> list[dict[str, object]]:
     return [{"customer": customer, "order": n} for n in range(1, min(limit, 2) + 1)]
 
 
+@app.tool("sleep")
+async def sleep(seconds: float, **kwargs: object) -> dict[str, object]:
+    """Sleep (an async tool, so a cancellation interrupts it at once)."""
+    await asyncio.sleep(seconds)
+    return {"slept": seconds, **kwargs}
+
+
+@app.tool("explode")
+async def explode(**kwargs: object) -> dict[str, object]:
+    """Raise, as a buggy tool would: its traceback belongs in the server log only."""
+    raise RuntimeError(f"kaboom {sorted(kwargs)}")
+
+
 @app.tool("hang")
 async def hang() -> dict[str, bool]:
     """Never returns in a replica started with LANTERN_TEST_HANG=1 (one to be SIGKILLed)."""

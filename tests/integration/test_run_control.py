@@ -99,7 +99,12 @@ async def test_an_approval_parks_the_run_without_a_lease_until_approved(
     assert done.output == {"what": "a book", "how": "approved"}
     events = await store.events(run.id)
     resumed = next(e for e in events if e.kind == "step_resumed")
-    assert resumed.data == {"decision": "approved", "by": "key:ada", "comment": "fine"}
+    assert resumed.data == {
+        "decision": "approved",
+        "by": "key:ada",
+        "comment": "fine",
+        "approver": {"keyId": "ada", "keyName": None},  # who, as the journal keeps it
+    }
     assert "run_recovered" not in [e.kind for e in events]  # a wake is not a recovery
 
 

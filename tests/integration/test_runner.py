@@ -133,7 +133,7 @@ async def test_a_non_2xx_answer_fails_the_step(store: Store) -> None:
         (tool("t", "boom"), "tool 'boom' failed: RuntimeError: the tool broke"),
         (tool("t", "missing"), "tool 'missing' is not registered"),
         (tool("t", "not_json"), "not JSON"),
-        (tool("t", x="{{ steps.nowhere.output }}"), "template error in t.args.x"),
+        (tool("t", x="{{ input.nowhere.deeper }}"), "template error in t.args.x"),
     ],
 )
 async def test_a_failed_step_fails_the_run_with_a_clear_error(

@@ -179,13 +179,27 @@ async def test_a_model_turn_is_retried_with_the_agents_policy_and_a_new_key(
     assert run.usage.model_calls == 1
 
 
-async def test_without_a_policy_a_failed_turn_fails_the_run(
+async def test_with_max_attempts_1_a_failed_turn_fails_the_run(
     store: Store, fake: FakeProvider
 ) -> None:
     fake.fail("gpt-4o-mini", 503)
-    run = await drive(store, helper("gpt-4o-mini"), "hi", [])
+    run = await drive(store, helper("gpt-4o-mini", retry={"maxAttempts": 1}), "hi", [])
     assert run.status == "failed" and run.error["step"] == "llm:1"
     assert run.error["retryable"] is True and "503" in run.error["message"]
+
+
+async def test_without_a_policy_a_transient_failure_is_retried_after_a_backoff(
+    store: Store, fake: FakeProvider
+) -> None:
+    fake.script = Script(["Fine."])
+    fake.fail("gpt-4o-mini", 503)
+    run = await drive(store, helper("gpt-4o-mini"), "hi", [])
+    assert run.status == "succeeded", run.error
+    retrying = [e for e in await store.events(run.id) if e.kind == "step_retrying"]
+    assert [(e.data["attempt"], e.data["of"]) for e in retrying] == [(2, 3)]
+    assert (
+        250 <= retrying[0].data["delayMs"] <= 500 and "503" in retrying[0].data["error"]["message"]
+    )
 
 
 async def test_the_same_tool_call_over_and_over_is_a_runaway_loop(

@@ -58,7 +58,7 @@ def test_the_error_quotes_the_text() -> None:
 
 def test_settings_defaults() -> None:
     s = Settings.from_env({})
-    assert s.lease_ttl == 600.0
+    assert s.lease_ttl == 60.0 and s.step_timeout == 600.0
     assert s.recovery_interval == 30.0
 
 
@@ -88,25 +88,25 @@ def test_a_bad_recovery_interval_falls_back_to_30s_with_a_warning(
 
 
 @pytest.mark.parametrize("bad", ["forever", "1x", "0", "-10m"])
-def test_a_bad_lease_ttl_falls_back_to_10m_with_a_warning(
+def test_a_bad_lease_ttl_falls_back_to_60s_with_a_warning(
     bad: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="lantern.config"):
         s = Settings.from_env({"LANTERN_LEASE_TTL": bad})
-    assert s.lease_ttl == 600.0
+    assert s.lease_ttl == 60.0
     assert s.recovery_interval == 30.0
     [record] = caplog.records
     assert record.levelno == logging.WARNING
     message = record.getMessage()
     assert "LANTERN_LEASE_TTL" in message
     assert repr(bad) in message
-    assert "10m" in message
+    assert "60s" in message
 
 
 def test_both_bad_give_two_warnings(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="lantern.config"):
         s = Settings.from_env({"LANTERN_LEASE_TTL": "x", "LANTERN_RECOVERY_INTERVAL": "-1s"})
-    assert (s.lease_ttl, s.recovery_interval) == (600.0, 30.0)
+    assert (s.lease_ttl, s.recovery_interval) == (60.0, 30.0)
     names = sorted(
         "LANTERN_LEASE_TTL" if "LANTERN_LEASE_TTL" in r.getMessage() else "RECOVERY"
         for r in caplog.records

@@ -29,9 +29,10 @@ async def put(
     given = definition.setdefault("name", name)
     if given != name:
         raise DefinitionError([f"the definition is named {given!r} but was sent to {name!r}"])
-    if name in services(request).worker.app.agents:
+    s = services(request)
+    if name in s.worker.app.agents:
         raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
-    agent = await apply_agent(services(request).store, definition, key.workspace)
+    agent = await apply_agent(s.store, definition, key.workspace, knows_tool=s.knows_tool())
     return agent_json(agent)
 
 

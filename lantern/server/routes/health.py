@@ -3,6 +3,8 @@ LANTERN_METRICS=admin)."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -12,11 +14,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from lantern.engine.commits import WriteHealth
 from lantern.engine.readiness import not_ready
 from lantern.errors import Forbidden
+from lantern.observability import metrics as observed
 from lantern.server import auth
 from lantern.server.deps import services
 from lantern.server.problems import problem
 
 router = APIRouter(tags=["health"])
+log = logging.getLogger("lantern.server")
 
 
 @router.get("/healthz")
@@ -49,4 +53,11 @@ async def metrics(request: Request) -> Response:
         operator = s.settings.operator_workspace
         if operator is not None and key.workspace != operator:
             raise Forbidden("/metrics is the operator's: use an admin key of its workspace")
+    try:
+        g = await services(request).store.gauges()
+    except Exception:  # the database away: the process's own counters still answer
+        log.warning("gauges not read: the database does not answer", exc_info=True)
+    else:
+        age = None if g.oldest_queued is None else time.time() - g.oldest_queued.timestamp()
+        observed.set_gauges(g.runs, g.leases_held, age)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

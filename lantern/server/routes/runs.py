@@ -205,6 +205,7 @@ async def approve(
         "approved" if body.decision == "approve" else "rejected",
         f"key:{key.id}",
         body.comment,
+        decided_by_name=key.name,
     )
     s.worker.wake()  # the run is due: resume it here unless another replica is quicker
     return JSONResponse(
@@ -213,6 +214,7 @@ async def approve(
             "nodeId": made.node_id,
             "decision": made.decision,
             "decidedBy": made.decided_by,
+            "decidedByName": made.decided_by_name,
             "comment": made.comment,
         },
         status_code=202,

@@ -65,3 +65,8 @@ async def runs_page(
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 async def run_page(run_id: Annotated[str, Path(min_length=1, max_length=100)]) -> HTMLResponse:
     return _page("run.html", run_id=run_id)
+
+
+@router.get("/approvals", response_class=HTMLResponse)
+async def approvals_page() -> HTMLResponse:
+    return _page("approvals.html")

@@ -13,7 +13,7 @@ _RUN_COLUMNS = (
     " updated_at, cancel_requested, parent_run_id, input_tokens, output_tokens, cost_usd,"
     " model_calls, waiting_for"
 )
-_KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at"
+_KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at, name"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
 _RECEIPT_COLUMNS = (
@@ -29,7 +29,7 @@ def _run(row: TupleRow) -> Run:
 
 
 def _api_key(row: TupleRow) -> ApiKey:
-    return ApiKey(row[0], row[1], row[2], frozenset(row[3].split()), row[4], row[5])
+    return ApiKey(row[0], row[1], row[2], frozenset(row[3].split()), row[4], row[5], row[6])
 
 
 def _event(row: TupleRow, blob: bytes | None = None) -> Event:

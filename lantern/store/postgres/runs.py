@@ -128,14 +128,15 @@ class Runs(PostgresConnection):
     async def create_api_key(self, key: ApiKey) -> None:
         async with self._connection() as conn:
             await conn.execute(
-                "INSERT INTO api_keys (id, workspace, secret_hash, scopes, created_at)"
-                " VALUES (%s, %s, %s, %s, %s)",
+                "INSERT INTO api_keys (id, workspace, secret_hash, scopes, created_at, name)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
                 (
                     key.id,
                     key.workspace,
                     key.secret_hash,
                     " ".join(sorted(key.scopes)),
                     key.created_at,
+                    key.name,
                 ),
             )
 
@@ -201,9 +202,10 @@ class Runs(PostgresConnection):
         d = decision
         async with self._connection() as conn, conn.transaction():
             cur = await conn.execute(
-                "INSERT INTO approvals (run_id, node_id, decision, decided_by, comment)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment),
+                "INSERT INTO approvals"
+                " (run_id, node_id, decision, decided_by, comment, decided_by_name)"
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment, d.decided_by_name),
             )
             if not cur.rowcount:
                 return False
@@ -215,7 +217,7 @@ class Runs(PostgresConnection):
 
     async def decisions(self, run_id: str) -> dict[str, Decision]:
         rows = await self._fetchall(
-            "SELECT run_id, node_id, decision, decided_by, comment, decided_at"
+            "SELECT run_id, node_id, decision, decided_by, comment, decided_at, decided_by_name"
             " FROM approvals WHERE run_id = %s",
             (run_id,),
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lantern.store.postgres.journal import Journal
 from lantern.store.postgres.leases import Leases
+from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.quotas import Quotas
 from lantern.store.postgres.runs import Runs
 from lantern.store.postgres.runtime import Runtime
@@ -11,5 +12,5 @@ from lantern.store.postgres.secrets import Secrets
 from lantern.store.postgres.signing import Signing
 
 
-class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime):
+class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

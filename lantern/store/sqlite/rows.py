@@ -70,6 +70,7 @@ def _api_key(row: sqlite3.Row) -> ApiKey:
         scopes=frozenset(row[3].split()),
         created_at=_time(row[4]),
         revoked_at=None if row[5] is None else _time(row[5]),
+        name=row[6],
     )
 
 

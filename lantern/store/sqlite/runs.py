@@ -137,8 +137,13 @@ class Runs(SQLiteConnection):
             key.secret_hash,
             " ".join(sorted(key.scopes)),
             key.created_at.timestamp(),
+            key.name,
         )
-        await self._write(lambda c: c.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,NULL)", args))
+        sql = (
+            "INSERT INTO api_keys (id, workspace, secret_hash, scopes, created_at, name)"
+            " VALUES (?,?,?,?,?,?)"
+        )
+        await self._write(lambda c: c.execute(sql, args))
 
     async def get_api_key(self, key_id: str) -> ApiKey | None:
         sql = "SELECT * FROM api_keys WHERE id = ?"
@@ -202,8 +207,8 @@ class Runs(SQLiteConnection):
             now = time.time()
             done = conn.execute(
                 "INSERT INTO approvals (run_id, node_id, decision, decided_by, comment,"
-                " decided_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment, now),
+                " decided_at, decided_by_name) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (d.run_id, d.node_id, d.decision, d.decided_by, d.comment, now, d.decided_by_name),
             ).rowcount
             if done:
                 conn.execute(
@@ -217,12 +222,12 @@ class Runs(SQLiteConnection):
     async def decisions(self, run_id: str) -> dict[str, Decision]:
         rows = await self._read(
             lambda c: c.execute(
-                "SELECT run_id, node_id, decision, decided_by, comment, decided_at"
-                " FROM approvals WHERE run_id = ?",
+                "SELECT run_id, node_id, decision, decided_by, comment, decided_at,"
+                " decided_by_name FROM approvals WHERE run_id = ?",
                 (run_id,),
             ).fetchall()
         )
-        return {r[1]: Decision(r[0], r[1], r[2], r[3], r[4], _time(r[5])) for r in rows}
+        return {r[1]: Decision(r[0], r[1], r[2], r[3], r[4], _time(r[5]), r[6]) for r in rows}
 
     async def wake(self, run_id: str) -> None:
         sql = "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'"

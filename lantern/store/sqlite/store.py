@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lantern.store.sqlite.journal import Journal
 from lantern.store.sqlite.leases import Leases
+from lantern.store.sqlite.operations import Operations
 from lantern.store.sqlite.quotas import Quotas
 from lantern.store.sqlite.runs import Runs
 from lantern.store.sqlite.runtime import Runtime
@@ -11,5 +12,5 @@ from lantern.store.sqlite.secrets import Secrets
 from lantern.store.sqlite.signing import Signing
 
 
-class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime):
+class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations):
     """``base.Store`` on one SQLite file."""

@@ -11,13 +11,20 @@ export class ApiError extends Error {
   }
 }
 
-/** A GET against the API with `key`; a problem+json answer becomes an ApiError. */
+/**
+ * A GET against the API with `key`; a problem+json answer becomes an ApiError. The function
+ * also has `post(path, body)`, for the actions a page offers (approve, reject, cancel).
+ */
 export function client(key) {
-  async function get(path) {
+  async function request(method, path, body) {
     let response;
+    const headers = { Authorization: `Bearer ${key}`, Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     try {
       response = await fetch(path, {
-        headers: { Authorization: `Bearer ${key}`, Accept: "application/json" },
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
         cache: "no-store",
       });
     } catch (err) {
@@ -37,6 +44,8 @@ export function client(key) {
     }
     return response.json();
   }
+  const get = (path) => request("GET", path);
+  get.post = (path, body = {}) => request("POST", path, body);
   // A streamed read (the run's Server-Sent Events): the response, its body unread.
   get.open = async function open(path, headers = {}) {
     const response = await fetch(path, {

@@ -2,7 +2,7 @@
 
 import { duration, h, json, localTime } from "./dom.js";
 import { idempotencyKey, parseAt, provider } from "./model.js";
-import { STATE_LABEL, waitsFor } from "./words.js";
+import { decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
 /** The panel's content for step model `s` of run `runId` (`node`: its definition, if read). */
 export async function stepDetails({ runId, s, node, definitionProblem, deliveries, origin }) {
@@ -12,6 +12,16 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
   for (const band of s.replayed) {
     notes.push(`Replayed: when ${band.to || "a worker"} re-drove the run (event ${band.seq}), ` +
       "this step's output was served from the journal; the step was not run again.");
+  }
+  if (s.copiedFrom) {
+    const from = s.copiedFrom;
+    notes.push(h("span", {}, "Replayed from the run this one retries (",
+      h("a", { href: `/ui/runs/${encodeURIComponent(from.runId)}` }, from.runId),
+      `, event ${from.seq}): its output was copied, the step was not run again.`));
+  }
+  if (s.status === "skipped") {
+    notes.push("Skipped: no edge into this step was taken (an edge's \"when\" was false, or " +
+      "an approval went the other way), so it never ran.");
   }
   if (s.rerun) {
     notes.push("Re-run, same key: this step was in flight when its worker crashed, so it ran " +
@@ -36,7 +46,7 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
     const r = w.resumed;
     let outcome = "; still waiting";
     if (r && r.decision) {
-      outcome = `; ${r.decision} by ${r.by || "someone"}${r.comment ? ` (“${r.comment}”)` : ""}`;
+      outcome = `; ${r.decision} by ${decidedBy(r)}${r.comment ? ` (“${r.comment}”)` : ""}`;
     } else if (r && r.status) outcome = `; the child run ${r.status}`;
     else if (r) outcome = "; resumed";
     waited.push(h("li", {}, `Waited ${duration(w.end - w.start)} for ${waitsFor(w, s)}${prompt}`,

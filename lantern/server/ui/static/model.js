@@ -21,6 +21,7 @@ function newStep(id) {
     retries: [], // step_retrying data, with its time
     replayed: [], // the recoveries that served this step from the journal
     rerun: false, // in flight at a crash, so run again with the same attempt (and key)
+    copiedFrom: null, // {runId, seq, hash}: a retry replayed it from the run it retries
     anomalies: [],
     events: [],
     output: undefined,
@@ -61,6 +62,7 @@ export function buildModel(events, now) {
     switch (e.kind) {
       case "step_started": {
         s.type = data.type || s.type;
+        if (data.replayedFrom) s.copiedFrom = data.replayedFrom; // a retry copied it
         const number = e.attempt || 1;
         if (s.open && s.open.attempt === number) break;
         if (s.pendingBackoff) {
@@ -104,6 +106,11 @@ export function buildModel(events, now) {
         for (const wait of s.waits) if (wait.end === null) wait.end = at;
         break;
       }
+      case "step_skipped":
+        // No edge into it was taken: it never runs (a "when" or an approval's "on" decided).
+        s.type = data.type || s.type;
+        s.status = "skipped";
+        break;
       case "step_waiting":
         // kind: "approval" or "subagent"; an anomaly's pause is an approval with no start.
         s.waits.push({ start: at, end: null, kind: data.kind || "", data, resumed: null });

@@ -5,8 +5,9 @@ import { ApiError, isKeyProblem, pageMessage, withKey } from "./api.js";
 import { stepDetails } from "./details.js";
 import { duration, h, json, localTime } from "./dom.js";
 import { buildModel, provider, TERMINAL, ticks } from "./model.js";
+import { renderActions, whoAmI } from "./actions.js";
 import { followStream, LiveTexts } from "./stream.js";
-import { anomalyText, STATE_LABEL, waitsFor } from "./words.js";
+import { anomalyText, decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
 const RUN_READ_MS = 500; // the run and its deliveries are read again at most this often
 const page = document.getElementById("page");
@@ -23,6 +24,8 @@ const state = {
   selected: null,
   finished: false,
   live: new LiveTexts(), // model steps' text as it is generated (never journaled)
+  me: null, // the key: its scopes decide which actions show
+  decided: new Set(), // approvals decided from this page, until the journal says so
 };
 
 async function readEvents() {
@@ -121,6 +124,7 @@ async function follow(askForKey) {
 withKey(async (get, askForKey) => {
   state.get = get;
   await refresh(); // the first read: a refused key surfaces here
+  state.me = await whoAmI(get);
   await readDefinition();
   render();
   follow(askForKey);
@@ -131,6 +135,9 @@ withKey(async (get, askForKey) => {
 function render() {
   const model = buildModel(state.events, Date.now());
   renderSummary(model);
+  renderActions({ get: state.get, me: state.me, run: state.run, model, finished: state.finished,
+    // An action's effect is a commit, which wakes the page's wait for the next one.
+    decided: state.decided, onAction: () => {} });
   renderAnomalies(model);
   renderWaterfall(model);
   renderDeliveries();
@@ -213,11 +220,13 @@ function stepRow(model, s) {
   }
   for (const w of s.waits) {
     const what = waitsFor(w, s);
+    const decision = w.resumed && w.resumed.decision
+      ? `${w.resumed.decision} by ${decidedBy(w.resumed)}` : null;
     bars.push(h("div", {
       class: `bar wait${w.open ? " open" : ""}`, style: place(model, w.start, w.end),
       "data-kind": w.kind, title: `${s.id}: waiting for ${what}, ${duration(w.end - w.start)}` +
-        (w.open ? " so far" : ""),
-    }, h("span", {}, `waiting for ${what}`)));
+        (w.open ? " so far" : "") + (decision ? `; ${decision}` : ""),
+    }, h("span", {}, decision || `waiting for ${what}`)));
   }
   for (const band of s.replayed) {
     bars.push(h("div", {
@@ -234,7 +243,8 @@ function stepRow(model, s) {
   const first = s.attempts.length ? s.attempts[0].start : model.origin;
   const lastEnd = s.attempts.length ? Math.max(...s.attempts.map((a) => a.end ?? model.end)) : first;
   const badges = [
-    s.replayed.length ? h("span", { class: "badge replayed" }, "replayed") : null,
+    s.replayed.length || s.copiedFrom ? h("span", { class: "badge replayed" },
+      s.copiedFrom ? "replayed from the retried run" : "replayed") : null,
     s.rerun ? h("span", { class: "badge rerun" }, "re-run, same key") : null,
     s.attempts.length > 1 ? h("span", { class: "badge attempts" }, `${s.attempts.length} attempts`) : null,
     provider(s, node) === "offline" ? h("span", { class: "badge offline" }, "offline") : null,
@@ -242,7 +252,8 @@ function stepRow(model, s) {
   ];
   const selected = state.selected === s.id;
   return h("div", {
-    class: `row${s.replayed.length ? " replayed" : ""}${selected ? " selected" : ""}`,
+    class: `row${s.replayed.length || s.copiedFrom ? " replayed" : ""}` +
+      `${s.status === "skipped" ? " skipped" : ""}${selected ? " selected" : ""}`,
     role: "button", tabindex: 0, "data-step": s.id, "aria-pressed": selected ? "true" : "false",
     onclick: () => select(s.id), onkeydown: (ev) => {
       if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(s.id); }

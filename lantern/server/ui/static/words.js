@@ -8,6 +8,7 @@ export const STATE_LABEL = {
   cut: "in flight when its worker died",
   stopped: "stopped when the run ended",
   waiting: "waiting",
+  skipped: "skipped: no edge into it was taken",
 };
 
 const POLICY = { record: "recorded", pause: "the run paused for a decision",
@@ -30,6 +31,15 @@ export function anomalyText(anomaly) {
   }
   const policy_ = POLICY[policy] ? `; ${POLICY[policy]}` : "";
   return `${kind.replaceAll("_", " ")}: ${what}${policy_}`;
+}
+
+/** Who decided at an approval, from its step_resumed data: "alice (key 1a2b3c)", "timeout". */
+export function decidedBy(resumed) {
+  const approver = resumed.approver;
+  if (approver && approver.keyId) {
+    return approver.keyName ? `${approver.keyName} (key ${approver.keyId})` : `key ${approver.keyId}`;
+  }
+  return resumed.by || "someone";
 }
 
 /** What a wait waits for: "approval", "sub-agent". */

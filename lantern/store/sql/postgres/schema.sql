@@ -40,6 +40,7 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_active ON runs (workspace, status) WHERE status IN ('queued', 'running', 'waiting');
 CREATE INDEX runs_waiting_for ON runs (agent_name, waiting_for) WHERE waiting_for IS NOT NULL;
 
 CREATE TABLE run_locks (
@@ -95,7 +96,8 @@ CREATE TABLE api_keys (
     secret_hash  text NOT NULL,
     scopes       text NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
-    revoked_at   timestamptz
+    revoked_at   timestamptz,
+    name         text
 );
 CREATE TABLE workers (
     id            text        PRIMARY KEY,
@@ -119,6 +121,7 @@ CREATE TABLE approvals (
     decided_by  text        NOT NULL,
     comment     text,
     decided_at  timestamptz NOT NULL DEFAULT now(),
+    decided_by_name text,
     PRIMARY KEY (run_id, node_id)
 );
 

@@ -40,6 +40,7 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (workspace, idempotency_key)
 CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued';
 CREATE INDEX runs_waking ON runs (wake_at) WHERE status = 'waiting';
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_active ON runs (workspace, status) WHERE status IN ('queued', 'running', 'waiting');
 CREATE INDEX runs_waiting_for ON runs (agent_name, waiting_for) WHERE waiting_for IS NOT NULL;
 
 CREATE TABLE run_locks (
@@ -93,7 +94,8 @@ CREATE TABLE api_keys (
     secret_hash  TEXT NOT NULL,
     scopes       TEXT NOT NULL,
     created_at   REAL NOT NULL,
-    revoked_at   REAL
+    revoked_at   REAL,
+    name         TEXT
 );
 CREATE TABLE workers (
     id            TEXT PRIMARY KEY,
@@ -117,6 +119,7 @@ CREATE TABLE approvals (
     decided_by  TEXT NOT NULL,
     comment     TEXT,
     decided_at  REAL NOT NULL,
+    decided_by_name TEXT,
     PRIMARY KEY (run_id, node_id)
 );
 

@@ -1,0 +1,235 @@
+"""Acting on runs: ``lantern runs approve|reject|cancel|retry`` and ``lantern approvals list``.
+
+Each goes to the server named by ``LANTERN_URL`` (with ``LANTERN_API_KEY``) when one is set,
+and otherwise acts on the database directly, as the other ``runs`` commands do. A decision
+made through the server carries the key's id and name into the journal; one made on the
+database directly carries ``cli:<user>``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+from typing import Any, Literal
+
+import click
+from rich.table import Table
+
+from lantern.cli.common import cli_worker_id, console, opened, remote, run, settings, with_database
+from lantern.engine.approvals import decide
+from lantern.engine.cancel import cancel_run
+from lantern.engine.rerun import retry_run
+from lantern.engine.runs import DEFAULT_WORKSPACE
+from lantern.errors import Conflict, NotFound, UsageError
+
+_RUN_ID = re.compile(r"^run_[0-9a-f]{28}$")
+MAX_COMMENT = 10_000
+
+
+class OneLine(click.Command):
+    """A command whose usage errors are one line (``Error: ...``) and exit 2, as CONTRACT §3
+    asks, instead of the usage text and a hint around it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.ctx = None  # click prints the usage block only when it has the context
+            raise
+
+
+def checked_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"{run_id!r} is not a run id (run ids look like run_0193c4f0a1b2...)")
+    return run_id
+
+
+DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+COMMENT = click.option("--comment", help="Why; kept with the decision in the journal.")
+
+
+def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
+    @click.command(verb, cls=OneLine)
+    @click.argument("run_id")
+    @click.argument("node", required=False)
+    @COMMENT
+    @DATABASE
+    @click.pass_context
+    def command(
+        ctx: click.Context,
+        run_id: str,
+        node: str | None,
+        comment: str | None,
+        database_url: str | None,
+    ) -> None:
+        with_database(ctx, database_url)
+        s = settings(ctx)
+
+        async def body() -> None:
+            checked_run_id(run_id)
+            if comment is not None and len(comment) > MAX_COMMENT:
+                raise UsageError(f"--comment is longer than {MAX_COMMENT} characters")
+            api = remote()
+            if api is not None:
+                async with api:
+                    step = node or _only(
+                        run_id,
+                        [
+                            p.node_id
+                            for p in await api.pending_approvals(limit=500)
+                            if p.run_id == run_id
+                        ],
+                    )
+                    made = await api.approve(run_id, step, verb, comment)
+                who = made.get("decidedByName") or made.get("decidedBy")
+                click.echo(f"{made['decision']} {run_id} at {step} (by {who})")
+                return
+            async with opened(s) as store:
+                found = await store.get_run(run_id)
+                if found is None:
+                    raise NotFound(f"run {run_id} not found")
+                step = node or _only(
+                    run_id,
+                    [
+                        p.node_id
+                        for p in await store.pending_approvals(found.workspace, 500)
+                        if p.run_id == run_id
+                    ],
+                )
+                decision: Literal["approved", "rejected"] = (
+                    "approved" if verb == "approve" else "rejected"
+                )
+                who = f"cli:{getpass.getuser()}"
+                await decide(store, found, step, decision, who, comment)
+            click.echo(f"{decision} {run_id} at {step} (by {who})")
+
+        run(body)
+
+    command.help = (
+        f"{verb.capitalize()} RUN_ID parked at approval NODE (the one it waits on, when it waits"
+        " on one). The run resumes on whichever replica claims it."
+    )
+    return command
+
+
+def _only(run_id: str, nodes: list[str]) -> str:
+    if not nodes:
+        raise Conflict(f"run {run_id} is not waiting for a decision")
+    if len(nodes) > 1:
+        raise UsageError(f"run {run_id} waits at {', '.join(nodes)}: name the NODE to decide")
+    return nodes[0]
+
+
+@click.command("cancel", cls=OneLine)
+@click.argument("run_id")
+@DATABASE
+@click.pass_context
+def cancel(ctx: click.Context, run_id: str, database_url: str | None) -> None:
+    """Cancel a queued, running or waiting run (and the runs its sub-agents started).
+
+    A running run is stopped by the replica executing it: an async step in flight is
+    cancelled at once, a sync tool (in a thread) at its end."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        checked_run_id(run_id)
+        api = remote()
+        if api is not None:
+            async with api:
+                found: Any = await api.cancel(run_id)
+        else:
+            async with opened(s) as store:
+                found = await cancel_run(store, run_id, cli_worker_id(s), s.lease_ttl)
+        state = "cancelled" if found.status == "cancelled" else "cancel requested"
+        click.echo(f"{state}: {run_id} ({found.status})")
+
+    run(body)
+
+
+@click.command("retry", cls=OneLine)
+@click.argument("run_id")
+@click.option("--from", "from_step", metavar="STEP", help="Run this step and what follows again.")
+@DATABASE
+@click.pass_context
+def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: str | None) -> None:
+    """A new run of failed or cancelled RUN_ID's agent version: its completed steps before
+    STEP (all of them, without --from) are replayed from the journal, the rest run again with
+    fresh idempotency keys. Prints the new run's id."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        checked_run_id(run_id)
+        if from_step is not None and not from_step.strip():
+            raise UsageError("--from needs a step id")
+        api = remote()
+        if api is not None:
+            async with api:
+                made: Any = await api.retry(run_id, from_step=from_step)
+        else:
+            async with opened(s) as store:
+                found = await store.get_run(run_id)
+                if found is None:
+                    raise NotFound(f"run {run_id} not found")
+                made = await retry_run(store, found, from_step)
+        click.echo(made.id)
+
+    run(body)
+
+
+@click.group()
+def approvals() -> None:
+    """Approvals that runs wait on."""
+
+
+@approvals.command("list", cls=OneLine)
+@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@DATABASE
+@click.pass_context
+def approvals_list(ctx: click.Context, limit: int, as_json: bool, database_url: str | None) -> None:
+    """The workspace's pending approvals, oldest first: run, node, prompt, waiting since."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        api = remote()
+        if api is not None:
+            async with api:
+                found: list[Any] = await api.pending_approvals(limit=limit)
+        else:
+            async with opened(s) as store:
+                found = list(await store.pending_approvals(DEFAULT_WORKSPACE, limit))
+        if as_json:
+            for p in found:
+                item = {
+                    "runId": p.run_id,
+                    "nodeId": p.node_id,
+                    "agentName": p.agent_name,
+                    "prompt": p.prompt,
+                    "since": p.since.isoformat(),
+                }
+                click.echo(json.dumps(item))
+            return
+        if not found:
+            click.echo("no pending approvals")
+            return
+        table = Table("run", "node", "agent", "prompt", "since")
+        for p in found:
+            table.add_row(
+                p.run_id, p.node_id, p.agent_name, p.prompt or "", p.since.isoformat(" ", "seconds")
+            )
+        console().print(table)
+
+    run(body)
+
+
+def install(runs: click.Group, cli: click.Group) -> None:
+    """Add these commands to ``lantern runs`` and ``lantern``."""
+    runs.add_command(decision_command("approve"))
+    runs.add_command(decision_command("reject"))
+    runs.add_command(cancel)
+    runs.add_command(retry)
+    cli.add_command(approvals)
