@@ -102,7 +102,7 @@ def test_a_parked_run_shows_its_waits_and_updates_when_approved(tmp_path: Path, 
 
         ok.click()
         details = page.locator("#details")
-        expect(details).to_contain_text("for approval: “Send it to Ada?”; approved by key:")
+        expect(details).to_contain_text("for approval: “Send it to Ada?”; approved by key ")
         expect(details).to_contain_text("(“looks right”)")
         page.locator('.row[data-step="draft"]').click()
         expect(details).to_contain_text("Made by the offline model provider")
