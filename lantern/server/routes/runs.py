@@ -128,11 +128,12 @@ async def events(
     wait: Annotated[float, Query(ge=0, le=60)] = 0,
 ) -> dict[str, Any]:
     """A page of the journal; with ``wait``, an empty page waits up to that many seconds for
-    the next commit (woken by the commit notifier) before it answers."""
+    the next commit (woken by the commit notifier) before it answers. A finished run's journal
+    is complete, so its empty page answers at once."""
     store = services(request).store
-    await owned_run(store, run_id, key)
+    run = await owned_run(store, run_id, key)
     found = await store.events(run_id, after=after, limit=limit + 1)  # one more: is there a next?
-    if wait and not found:
+    if wait and not found and not run.finished:
         deadline = time.monotonic() + wait
         with store.notifier.subscribe(run_id) as sub:
             heard = max(sub.seq, after)
