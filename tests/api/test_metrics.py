@@ -72,7 +72,7 @@ def test_metrics_count_runs_steps_deliveries_tokens_and_journal_writes(
                     "data": {"connector": "http", "url": f"{receiver.url}/hook"},
                 },
             ),
-            agent("breaks", {"id": "x", "type": "tool", "data": {"tool": "missing"}}),
+            agent("breaks", {"id": "x", "type": "tool", "data": {"tool": "explode"}}),
         ]
         for definition in agents:
             api.put(f"/v1/agents/{definition['name']}", json=definition).raise_for_status()
