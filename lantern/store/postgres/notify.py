@@ -74,11 +74,11 @@ class Relay:
 
     async def close(self) -> None:
         self.notifier.relay_to(None, None)
-        for task in (self._sender, self._receiver):
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError, Exception):
-                    await task
+        tasks = [t for t in (self._sender, self._receiver) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:  # bounded: a relay caught mid-reconnect must not hold the store's close
+            await asyncio.wait(tasks, timeout=2)
         if self._listener is not None and not self._listener.closed:
             with suppress(Exception):
                 await self._listener.close()
