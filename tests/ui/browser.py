@@ -20,7 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: between its calls Playwright's sync API marks its own event loop as
+# running in this thread, so an async test that the same xdist worker runs next, from another
+# module, would find "another loop is running". Pytest tears a module's fixtures down before the
+# next module's first test, which stops Playwright and clears the mark.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         reason = f"{CHROMIUM} is not installed (make test installs it: apt-get install chromium)"
