@@ -88,7 +88,7 @@ def test_a_call_a_vm_cannot_make_yet_fails_the_run_with_one_clear_error(shared: 
     assert vm["state"] == "exited"  # the workload's own end: not resumed
 
 
-FIRST = '''
+FIRST = """
 import time
 
 
@@ -96,14 +96,14 @@ async def main(ctx):
     await ctx.step("a", lambda: "A")
     await ctx.step("hold", time.sleep, 120)
     return "done"
-'''
+"""
 
-CHANGED = '''
+CHANGED = """
 async def main(ctx):
     await ctx.step("b", lambda: "B")
     await ctx.step("a", lambda: "A")
     return "done"
-'''
+"""
 
 
 def test_a_resumed_workload_asking_for_other_steps_fails_with_nondeterminism(
