@@ -296,12 +296,13 @@ class Node:
     async def _call(self, running: Running, request: dict[str, Any]) -> Any:
         body = {k: request.get(k) for k in ("stepId", "position", "call")}
         async with running.lock:
-            # A model call takes as long as the model does: no client timeout of ours.
+            # A model call takes as long as the model does: no read timeout of ours (the
+            # VM's timeoutS bounds it).
             response = await self._http.post(
                 f"{self.control_url}/v1/runtime/call",
                 json=body,
                 headers=self._auth(running),
-                timeout=None,
+                timeout=httpx.Timeout(30, read=None),
             )
         if response.status_code != 200:
             self._refused(running, response)
