@@ -166,7 +166,7 @@ class EngineContext(Context):
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
         app = d.host.app
-        if not app.has_tool(name):
+        if not app.has_tool(name, d.run.workspace):
             raise UsageError(
                 f"ctx.tool({name!r}): no such tool is registered (use @app.tool or app.mcp)"
             )
@@ -178,7 +178,7 @@ class EngineContext(Context):
         async def work(a: _Attempt) -> Any:
             # An MCP server's tool is looked up inside the step: a server that is down fails
             # the step (ToolUnavailable: class tool, retryable), as in a graph.
-            found = await app.find_tool(name)
+            found = await app.find_tool(name, d.run.workspace)
             if found is None:
                 raise StepError(
                     f"tool {name!r}: its MCP server has no such tool", error_class="tool"
@@ -471,7 +471,7 @@ def _not_nested(name: str) -> None:
 def _tool_context(d: FunctionDrive, a: _Attempt) -> Any:
     from lantern.app import ToolContext
 
-    return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once)
+    return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once, d.run.workspace)
 
 
 async def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -539,7 +539,7 @@ def _tool_specs(d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]) -> t
     for t in given:
         if isinstance(t, str):
             found = d.host.app.tools.get(t)
-            if found is None:
+            if found is None or not d.host.app.serves(t, d.run.workspace):
                 raise UsageError(f"ctx.model: no tool {t!r} is registered (use @app.tool)")
             specs.append(tools.spec(found, wires[t]))
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
