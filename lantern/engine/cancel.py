@@ -13,9 +13,8 @@ from contextlib import suppress
 
 from lantern.engine import commits
 from lantern.engine import events as ev
-from lantern.engine.journal import EventWriter, count_committed, fold
+from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
-from lantern.observability import logs
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, Run, RunUpdate
 
@@ -57,13 +56,8 @@ async def _finish(store: Store, lease: Lease, ttl: float) -> None:
             w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
             event = w.event(ev.RUN_CANCELLED, {"by": "request"})
             batch = Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED))
-            await commits.append(store, batch, patience=ttl)  # across a database blink
-            count_committed((event,))
-            run = await store.get_run(lease.run_id)
-            if run is not None:  # the run's log line, as a drive's commit writes it
-                logs.run_events(
-                    run.id, run.agent_name, run.agent_version, lease.worker_id, (event,)
-                )
+            run = await store.get_run(lease.run_id)  # for the run's log line
+            await commits.commit(store, batch, patience=ttl, run=run)  # across a database blink
             return
     except BaseException:
         with suppress(Exception):  # the first failure is the one to report

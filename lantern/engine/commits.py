@@ -1,6 +1,13 @@
-"""A journal commit that survives the database blinking.
+"""THE fenced commit, once: what every writer of the journal calls (``commit``).
 
-A drive's commit is sent again, with backoff, when the store answers ``StoreUnavailable``
+Every drive (``Drive.commit``), the microVM tier's relay of a VM's reports and its scheduler
+write the journal through ``commit``: one ``Append`` under the writer's lease epoch (it lands
+only while that epoch is current, else LeaseLost), its latency in
+``lantern_journal_write_seconds``, its events counted by kind, the run's log lines, and the
+app's commit listeners. What a drive adds on top (its anomaly detector, its lease keeper, its
+final update) stays in ``Drive``.
+
+A commit is sent again, with backoff, when the store answers ``StoreUnavailable``
 (a lost connection, a restart, a full disk), for as long as the lease could still be ours:
 up to one TTL since the first failure. Sending it again is safe because a commit is fenced
 (it lands only while the writer's epoch is current) and its events carry their sequence:
@@ -14,12 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lantern.engine.journal import count_committed
 from lantern.errors import StoreUnavailable
-from lantern.observability import metrics
+from lantern.observability import logs, metrics
 from lantern.store.base import Store
-from lantern.store.records import Append
+from lantern.store.records import Append, NewEvent, Run
+
+# The app's commit listeners (``App.on_commit``): called with the run id and its new events.
+Listener = Callable[[str, Sequence[NewEvent]], None]
 
 log = logging.getLogger("lantern.commits")
 
@@ -96,3 +108,31 @@ async def append(
             metrics.COMMIT_RETRIES.inc()
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_DELAY)
+
+
+async def commit(
+    store: Store,
+    batch: Append,
+    *,
+    patience: float,
+    health: WriteHealth | None = None,
+    listeners: Sequence[Listener] = (),
+    run: Run | None = None,
+) -> None:
+    """Append ``batch`` fenced on its lease (across a database blink for up to ``patience``
+    seconds), then account for it (``committed``): durable, or LeaseLost / StoreUnavailable."""
+    started = time.perf_counter()
+    await append(store, batch, patience=patience, health=health)
+    metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
+    committed(batch, listeners, run)
+
+
+def committed(batch: Append, listeners: Sequence[Listener] = (), run: Run | None = None) -> None:
+    """What follows every landed commit: its events counted, the run's log lines (when the
+    run is known: they name its agent), the commit listeners."""
+    events = batch.events
+    count_committed(events)
+    if run is not None:
+        logs.run_events(run.id, run.agent_name, run.agent_version, batch.lease.worker_id, events)
+    for listener in listeners:
+        listener(batch.lease.run_id, list(events))

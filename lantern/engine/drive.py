@@ -73,7 +73,7 @@ from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly, Detector, RetryRates
 from lantern.engine.commits import WriteHealth
-from lantern.engine.journal import EventWriter, RunState, count_committed, fold, recovery
+from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
@@ -81,7 +81,7 @@ from lantern.errors import LeaseLost, StepError
 from lantern.ids import idempotency_key
 from lantern.models.registry import Models
 from lantern.nodes.base import Noted
-from lantern.observability import logs, metrics, tracing
+from lantern.observability import metrics, tracing
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
@@ -276,28 +276,29 @@ class Drive(ABC):
 
     async def commit(self, events: Sequence[NewEvent], update: RunUpdate | None = None) -> None:
         """Append ``events`` (and ``update``) under the lease: durable, or LeaseLost."""
-        started = time.perf_counter()
-        # Sent again across a database blink, for up to a lease TTL (lantern.engine.commits).
-        await commits.append(
+        # THE fenced commit (lantern.engine.commits), sent again across a database blink for
+        # up to a lease TTL; then what a drive adds.
+        await commits.commit(
             self.host.store,
             Append(self.lease, tuple(events), update),
             patience=self.host.keeper.ttl,
             health=self.host.write_health,
+            listeners=self.host.app.commit_listeners,
+            run=self.run,
         )
-        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
-        self._committed(events, update)
+        self._noted(events, update)
 
     def _committed(self, events: Sequence[NewEvent], update: RunUpdate | None) -> None:
+        batch = Append(self.lease, tuple(events), update)
+        commits.committed(batch, self.host.app.commit_listeners, self.run)
+        self._noted(events, update)
+
+    def _noted(self, events: Sequence[NewEvent], update: RunUpdate | None) -> None:
         self.detector.replay(events)
         if update is not None and update.releases:
             self.host.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
-        count_committed(events)
-        run = self.run
-        logs.run_events(run.id, run.agent_name, run.agent_version, self.host.worker_id, events)
-        for listener in self.host.app.commit_listeners:
-            listener(self.run.id, list(events))
 
     def ensure_live(self) -> None:
         """Start nothing more once the lease is lost, or not renewed for a whole TTL (the

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from lantern.engine import commits
 from lantern.engine.code_agents import RUN_REPINNED, CodeSpec, pinned_version
-from lantern.engine.journal import EventWriter, count_committed, fold
+from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound, UsageError
 from lantern.store.base import Store
 from lantern.store.records import Append, Run, RunUpdate
@@ -38,10 +39,9 @@ async def resume_run(store: Store, run_id: str, version: str, by: str, ttl: floa
     )
     queued = run.status == "queued"
     update = RunUpdate("queued" if queued else "waiting", wake_at=datetime.now(UTC))
-    await store.append(Append(lease, (event,), update))
+    await commits.commit(store, Append(lease, (event,), update), patience=ttl, run=run)
     if queued:
         await store.release_lease(lease)
-    count_committed((event,))
     found = await store.get_run(run_id)
     assert found is not None
     return found

@@ -205,6 +205,8 @@ class Node:
                     raise Refused("a VM reports step events only", 422)
                 await self._relay(running, events)
                 return None
+            if op == "call":  # ctx.model / ctx.tool: the control plane performs the step
+                return await self._call(running, request)
             if op in ("done", "failed"):
                 outcome[op] = request
                 return None
@@ -233,7 +235,7 @@ class Node:
         if running.ended:
             return
         if "done" in outcome:
-            end = {"output": outcome["done"].get("output")}
+            end = {"output": outcome["done"].get("output"), "calls": outcome["done"].get("calls")}
         elif "failed" in outcome:
             end = {"error": outcome["failed"].get("error")}
         else:
@@ -290,6 +292,21 @@ class Node:
             )
         if response.status_code != 200:
             self._refused(running, response)
+
+    async def _call(self, running: Running, request: dict[str, Any]) -> Any:
+        body = {k: request.get(k) for k in ("stepId", "position", "call")}
+        async with running.lock:
+            # A model call takes as long as the model does: no read timeout of ours (the
+            # VM's timeoutS bounds it).
+            response = await self._http.post(
+                f"{self.control_url}/v1/runtime/call",
+                json=body,
+                headers=self._auth(running),
+                timeout=httpx.Timeout(30, read=None),
+            )
+        if response.status_code != 200:
+            self._refused(running, response)
+        return response.json()
 
     def _refused(self, running: Running, response: httpx.Response) -> None:
         detail = _detail(response)

@@ -2,8 +2,15 @@
 
 A runtime node relays what its VM reported, under the VM's token. A report is journaled only
 when the VM is the run's live VM (its row is ``starting`` or ``running`` and it is the run's
-newest), and then through the fenced commit, on the run lease the node holds: a VM of a node
-thought lost, a VM that was replaced, a finished one, all get 409 and nothing is written.
+newest), and then through THE fenced commit every drive uses (``lantern.engine.commits``), on
+the run lease the node holds: a VM of a node thought lost, a VM that was replaced, a finished
+one, all get 409 and nothing is written.
+
+A resumed VM (``LANTERN_RESUME=1``) runs its workload again from the top, so its step names
+are checked against the journal's order as a re-drive of an in-process code agent's are
+(``lantern.engine.determinism``): the harness sends each call's position, and a different
+name at a journaled position fails the run with ``nondeterminism`` (the VM is stopped: 409),
+as does a workload that returns before asking for every step the journal holds.
 """
 
 from __future__ import annotations
@@ -12,18 +19,25 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.app import App
+from lantern.engine import commits, determinism
 from lantern.engine import events as ev
-from lantern.engine.journal import fold
-from lantern.errors import Conflict, LeaseLost, Unauthorized, UsageError
-from lantern.runtime import metrics
-from lantern.runtime.journal import Listener, commit, vm_data, writer
+from lantern.engine.drive import observed
+from lantern.engine.journal import EventWriter, fold
+from lantern.errors import Conflict, LanternError, LeaseLost, StepError, Unauthorized, UsageError
+from lantern.ids import idempotency_key
+from lantern.models import registry
+from lantern.runtime import calls, metrics
+from lantern.runtime.journal import vm_data, writer
 from lantern.store.base import Store
-from lantern.store.codec import dumps
-from lantern.store.records import Lease, NewEvent, RunUpdate
+from lantern.store.codec import dumps, text_problem
+from lantern.store.records import Append, Lease, NewEvent, RunUpdate
 from lantern.store.runtime import Vm
 
 STEP_KINDS = (ev.STEP_STARTED, ev.STEP_COMPLETED, ev.STEP_FAILED, ev.STEP_RETRYING)
@@ -44,12 +58,18 @@ class Relay:
         self,
         store: Store,
         *,
-        listeners: Sequence[Listener] = (),
+        listeners: Sequence[commits.Listener] = (),
         finished: Callable[[str], Awaitable[None]] | None = None,
+        patience: float = 60.0,
+        app: App | None = None,
+        models: registry.Models | None = None,
     ) -> None:
         self.store = store
+        self.app = app or App()  # the tools ctx.tool and ctx.model's tools name
+        self.models = models  # the model layer ctx.model calls go through (None: the default)
         self.listeners = listeners
         self.finished = finished  # issues the receipt of a run a report finished
+        self.patience = patience  # how long a commit is sent again across a database blink
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def authenticate(self, authorization: str | None) -> Vm:
@@ -82,19 +102,141 @@ class Relay:
         return {
             "runId": vm.run_id,
             "steps": [{"stepId": s, "output": o} for s, o in state.outputs.items()],
+            # Every step id in the order it was first started: what a resumed workload's
+            # calls are checked against, position by position.
+            "order": list(state.attempts),
         }
+
+    async def call(self, vm: Vm, body: dict[str, Any]) -> dict[str, Any]:
+        """Perform the model call or tool step ``body`` asks for (``ctx.model``,
+        ``ctx.tool``) as a journaled step of ``vm``'s run: ``{"output": ...}`` or, when it
+        failed for good, ``{"error": ...}`` (lantern.runtime.calls)."""
+        step = body.get("stepId")
+        if not isinstance(step, str) or not 0 < len(step) <= MAX_STEP_ID:
+            raise UsageError(f"stepId must be a string of 1 to {MAX_STEP_ID} characters")
+        async with self._run_lock(vm.run_id):
+            vm = await self._live(vm)
+            run = await self.store.get_run(vm.run_id)
+            if run is None:
+                raise Conflict(f"run {vm.run_id} is gone")
+            journal = await self.store.events(vm.run_id, blobs=True)
+            state = fold(journal)
+            if vm.resume:
+                found = determinism.mismatch(list(state.attempts), _position(body), step)
+                if found is not None:
+                    await self.nondeterministic(vm, found)
+            if step in state.outputs:  # it completed before this VM asked: the journal's
+                return {"output": state.outputs[step]}
+            types = {
+                e.step_id: str(e.data.get("type", "step"))
+                for e in journal
+                if e.kind == ev.STEP_STARTED and e.step_id
+            }
+            assert vm.lease_epoch is not None
+            lease = Lease(vm.run_id, vm.node_id, vm.lease_epoch)
+            prepared = calls.prepare(
+                body.get("call"),
+                step=step,
+                run=run,
+                lease=lease,
+                store=self.store,
+                app=self.app,
+                models=self.models or registry.default(),
+                spent=lambda: calls.model_spent(state.outputs, types),
+            )
+            if step in state.failed:  # failed for good before: the same answer again
+                failed = [e for e in journal if e.kind == ev.STEP_FAILED and e.step_id == step]
+                return {"error": dict(failed[-1].data.get("error") or {})}
+            due: int | None = None
+            if step in state.retrying:  # a backoff the VM's loss cut short
+                attempt, due = state.retrying[step]
+            elif step in state.attempts:  # in flight when the VM was lost: same attempt, key
+                attempt = state.attempts[step]
+            else:
+                attempt = 1
+                await self._step(vm, ev.STEP_STARTED, step, attempt, prepared.started, held=True)
+        while True:
+            if due is not None:
+                await asyncio.sleep(max(0.0, due / 1000 - time.time()))
+                due = None
+                await self._step(vm, ev.STEP_STARTED, step, attempt, prepared.started)
+            outcome = await _attempt(prepared, run.id, step, attempt)
+            if not isinstance(outcome, StepError):
+                text = dumps(outcome)
+                problem = text_problem(text)
+                if problem is None:
+                    output = json.loads(text)
+                    usage = prepared.usage(output)
+                    async with self._run_lock(vm.run_id):
+                        live = await self._live(vm)
+                        w = await writer(self.store, vm.run_id)
+                        event = w.completed(step, attempt, output, text, usage=usage)
+                        await self.commit(live, [event], None)
+                    return {"output": output}
+                outcome = StepError(
+                    f"step {step!r} returned a value the journal cannot store: {problem}",
+                    error_class="tool",
+                )
+            if prepared.policy.retries(outcome, attempt):
+                delay = prepared.policy.delay_ms(attempt)
+                due = int(time.time() * 1000) + delay
+                data = {
+                    "attempt": attempt + 1,
+                    "of": prepared.policy.max_attempts,
+                    "error": outcome.to_json(),
+                    "delayMs": delay,
+                    "dueAt": due,
+                }
+                attempt += 1
+                await self._step(vm, ev.STEP_RETRYING, step, attempt, data)
+                continue
+            error = outcome.to_json()
+            await self._step(vm, ev.STEP_FAILED, step, attempt, {"error": error})
+            return {"error": error}
+
+    async def _step(
+        self,
+        vm: Vm,
+        kind: str,
+        step: str,
+        attempt: int,
+        data: dict[str, Any],
+        held: bool = False,
+    ) -> None:
+        """One event of a step the control plane performs for ``vm``, committed while the
+        VM is still the run's live one (``held``: the caller holds the run's lock)."""
+        if not held:
+            async with self._run_lock(vm.run_id):
+                await self._step(vm, kind, step, attempt, data, held=True)
+            return
+        live = await self._live(vm)
+        w = await writer(self.store, vm.run_id)
+        await self.commit(live, [w.event(kind, data, step_id=step, attempt=attempt)], None)
+
+    async def order(self, vm: Vm) -> list[str] | None:
+        """The journal's step order, which a resumed VM's calls must follow (None for a
+        first VM: nothing it asks for was journaled before it)."""
+        if not vm.resume:
+            return None
+        return list(fold(await self.store.events(vm.run_id)).attempts)
 
     async def report(self, vm: Vm, entries: list[Any]) -> int:
         """Journal a batch of reports from ``vm``; the number of events written."""
         if not isinstance(entries, list) or not entries:
             raise UsageError("events must be a non-empty list")
-        lock = self._locks.setdefault(vm.run_id, asyncio.Lock())
+        async with self._run_lock(vm.run_id):
+            return await self._report(vm, entries)
+
+    @asynccontextmanager
+    async def _run_lock(self, run_id: str) -> AsyncIterator[None]:
+        """One report or call of a run at a time, in this process."""
+        lock = self._locks.setdefault(run_id, asyncio.Lock())
         try:
             async with lock:
-                return await self._report(vm, entries)
+                yield
         finally:
             if not lock.locked():  # nobody else waits on it: forget it
-                self._locks.pop(vm.run_id, None)
+                self._locks.pop(run_id, None)
 
     async def _report(self, vm: Vm, entries: list[Any]) -> int:
         vm = await self._live(vm)
@@ -102,12 +244,18 @@ class Relay:
         events: list[NewEvent] = []
         update: RunUpdate | None = None
         ending: tuple[str, str, int | None] | None = None  # state, reason, exit code
+        order = await self.order(vm)
         for entry in entries:
             if ending is not None:
                 raise UsageError("nothing may follow the report of a VM's end")
             kind = entry.get("kind") if isinstance(entry, dict) else None
             if kind in STEP_KINDS:
-                events.append(_step_event(w, kind, entry))
+                event = _step_event(w, kind, entry)
+                if kind == ev.STEP_STARTED and order is not None:
+                    found = determinism.mismatch(order, _position(entry), str(event.step_id))
+                    if found is not None:
+                        await self.nondeterministic(vm, found)
+                events.append(event)
             elif kind == ev.VM_STARTED:
                 events.append(w.event(ev.VM_STARTED, vm_data(vm, driver=vm.driver)))
             elif kind == ev.VM_EXITED:
@@ -116,6 +264,11 @@ class Relay:
                 if not isinstance(outcome, dict) or not ("output" in outcome or "error" in outcome):
                     raise UsageError("vm_exited needs an outcome with output or error")
                 events.append(w.event(ev.VM_EXITED, vm_data(vm, exitCode=code, reason="exited")))
+                calls = outcome.get("calls")
+                if order is not None and "error" not in outcome and isinstance(calls, int):
+                    found = determinism.unfinished(order, calls)
+                    if found is not None:
+                        await self.nondeterministic(vm, found)
                 if "error" in outcome:
                     error = _error(outcome["error"])
                     events.append(w.event(ev.RUN_FAILED, {"error": error}))
@@ -140,12 +293,7 @@ class Relay:
                 ending = ("terminated", reason, code)
             else:
                 raise UsageError(f"a report's kind must be one of {', '.join(STEP_KINDS)}")
-        assert vm.lease_epoch is not None
-        lease = Lease(vm.run_id, vm.node_id, vm.lease_epoch)
-        try:
-            await commit(self.store, lease, events, update, self.listeners)
-        except LeaseLost as exc:
-            raise Conflict(f"VM {vm.vm_id} no longer holds run {vm.run_id}: {exc}") from exc
+        await self.commit(vm, events, update)
         if any(e.kind == ev.VM_STARTED for e in events) and await self.store.set_vm_running(
             vm.vm_id
         ):
@@ -157,6 +305,63 @@ class Relay:
         if update is not None and self.finished is not None:
             await self.finished(vm.run_id)
         return len(events)
+
+    async def commit(self, vm: Vm, events: Sequence[NewEvent], update: RunUpdate | None) -> None:
+        """THE fenced commit (``lantern.engine.commits``) on the run lease of ``vm``'s runtime
+        node; 409 when that lease is no longer current."""
+        assert vm.lease_epoch is not None
+        lease = Lease(vm.run_id, vm.node_id, vm.lease_epoch)
+        # The run's log lines name its agent: read it for the commits that start or end it.
+        run = await self.store.get_run(vm.run_id) if update is not None else None
+        try:
+            await commits.commit(
+                self.store,
+                Append(lease, tuple(events), update),
+                patience=self.patience,
+                listeners=self.listeners,
+                run=run,
+            )
+        except LeaseLost as exc:
+            raise Conflict(f"VM {vm.vm_id} no longer holds run {vm.run_id}: {exc}") from exc
+
+    async def nondeterministic(self, vm: Vm, found: determinism.Mismatch) -> None:
+        """A resumed VM's workload asked for other steps than the journal holds: the run
+        fails with ``nondeterminism`` and the VM is stopped (the 409 tells its node)."""
+        error = found.error()
+        w: EventWriter = await writer(self.store, vm.run_id)
+        data = vm_data(vm, exitCode=None, reason=determinism.NONDETERMINISM)
+        events = [w.event(ev.VM_TERMINATED, data), w.event(ev.RUN_FAILED, {"error": error})]
+        await self.commit(vm, events, RunUpdate("failed", error=error))
+        if await self.store.end_vm(vm.vm_id, "terminated", determinism.NONDETERMINISM, None):
+            metrics.VM_ENDS.labels(determinism.NONDETERMINISM).inc()
+        if self.finished is not None:
+            await self.finished(vm.run_id)
+        raise Conflict(f"run {vm.run_id} failed: {error['message']}")
+
+
+async def _attempt(prepared: calls.Prepared, run_id: str, step: str, attempt: int) -> Any:
+    """One attempt of a step performed for a VM, observed as every drive's steps are (its
+    span, its duration, its model usage): its output, or the StepError it failed with."""
+    key = idempotency_key(run_id, step, attempt)
+    try:
+        return await observed(
+            prepared.work(attempt, key), run_id, step, prepared.step_type, attempt, key
+        )
+    except StepError as exc:
+        return exc
+    except LanternError:
+        raise  # a lost lease, a store failure: not the step's
+    except Exception as exc:  # the tool raised: retryable, as in-process
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return StepError(message, error_class="tool", retryable=True)
+
+
+def _position(entry: dict[str, Any]) -> int:
+    """The 1-based position of a step's call in its workload, as the harness counted it."""
+    position = entry.get("position")
+    if isinstance(position, bool) or not isinstance(position, int) or position < 1:
+        raise UsageError("a resumed VM's step_started needs its position, an integer >= 1")
+    return position
 
 
 def _step_event(w: Any, kind: str, entry: dict[str, Any]) -> NewEvent:

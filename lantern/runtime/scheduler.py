@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MAX_RESUME_ATTEMPTS, MicroVmAgent
 from lantern.errors import DefinitionError, LeaseLost
 from lantern.runtime import metrics
-from lantern.runtime.journal import Listener, commit, vm_data, writer
+from lantern.runtime.journal import vm_data, writer
 from lantern.store.base import Store
-from lantern.store.records import Lease, NewEvent, Run, RunUpdate
+from lantern.store.records import Append, Lease, NewEvent, Run, RunUpdate
 from lantern.store.runtime import LIVE_VM_STATES, SCHEDULER, NamedLease, RuntimeNode, Vm
 
 log = logging.getLogger("lantern.scheduler")
@@ -81,7 +82,7 @@ class Scheduler:
         node_ttl: float,
         lease_ttl: float,
         tick: float | None = None,
-        listeners: Sequence[Listener] = (),
+        listeners: Sequence[commits.Listener] = (),
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -163,9 +164,7 @@ class Scheduler:
             if run is not None and not run.finished:
                 w = await writer(self.store, vm.run_id)
                 data = vm_data(vm, exitCode=None, reason=reason)
-                await commit(
-                    self.store, lease, [w.event(ev.VM_TERMINATED, data)], None, self.listeners
-                )
+                await self._commit(lease, [w.event(ev.VM_TERMINATED, data)], None, run)
             if await self.store.end_vm(vm.vm_id, "terminated", reason, None, leader):
                 metrics.VM_ENDS.labels(reason).inc()
                 log.warning("VM %s of run %s on %s: %s", vm.vm_id, vm.run_id, vm.node_id, reason)
@@ -228,9 +227,7 @@ class Scheduler:
                 attempts=len(vms),
             )
             events.append(w.event(ev.RUN_FAILED, {"error": error}))
-            await commit(
-                self.store, lease, events, RunUpdate("failed", error=error), self.listeners
-            )
+            await self._commit(lease, events, RunUpdate("failed", error=error), run)
             metrics.EXHAUSTED.inc()
             self.waiting.pop(run.id, None)
             return None
@@ -238,9 +235,7 @@ class Scheduler:
         if agent is None:
             error = ev.run_error("definition", "the agent has no valid runtime block")
             events.append(w.event(ev.RUN_FAILED, {"error": error}))
-            await commit(
-                self.store, lease, events, RunUpdate("failed", error=error), self.listeners
-            )
+            await self._commit(lease, events, RunUpdate("failed", error=error), run)
             return None
         leader = self.leading()
         node: RuntimeNode | None = None
@@ -252,7 +247,7 @@ class Scheduler:
                 self.waiting[run.id] = why
         if node is None or leader is None:
             if events:  # journal the start, so the dispatcher stops claiming a queued run
-                await commit(self.store, lease, events, update, self.listeners)
+                await self._commit(lease, events, update, run)
             return None
         attempt = len(vms) + 1
         vm = Vm(
@@ -268,7 +263,7 @@ class Scheduler:
         )
         data = vm_data(vm, driver=vm.driver, resume=vm.resume, memoryMb=vm.memory_mb)
         events.append(w.event(ev.VM_SCHEDULED, data))
-        await commit(self.store, lease, events, update, self.listeners)
+        await self._commit(lease, events, update, run)
         if not await self.store.place_vm(leader, vm):
             log.warning("placement of %s for run %s refused (no longer leader?)", vm.vm_id, run.id)
             return None
@@ -277,6 +272,15 @@ class Scheduler:
             metrics.RESUMES.inc()
         log.info("placed %s (attempt %d) of run %s on %s", vm.vm_id, attempt, run.id, node.node_id)
         return vm
+
+    async def _commit(
+        self, lease: Lease, events: list[NewEvent], update: RunUpdate | None, run: Run
+    ) -> None:
+        """THE fenced commit (``lantern.engine.commits``), on the run lease held here."""
+        batch = Append(lease, tuple(events), update)
+        await commits.commit(
+            self.store, batch, patience=self.lease_ttl, listeners=self.listeners, run=run
+        )
 
     async def _agent(self, run: Run) -> MicroVmAgent | None:
         found = await self.store.get_agent(run.workspace, run.agent_name, run.agent_version)

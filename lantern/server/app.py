@@ -64,7 +64,13 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         )
         api.state.runtime = (
             scheduler,
-            Relay(store, listeners=tools.commit_listeners, finished=issuer.after_finish),
+            Relay(
+                store,
+                listeners=tools.commit_listeners,
+                finished=issuer.after_finish,
+                patience=settings.lease_ttl,
+                app=tools,
+            ),
         )
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(

@@ -8,6 +8,6 @@ reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.main`; a workloa
 
 from __future__ import annotations
 
-from lantern.workload.context import Context, StepFailed, resumed
+from lantern.workload.context import Context, ModelReply, StepFailed, Unsupported, resumed
 
-__all__ = ["Context", "StepFailed", "resumed"]
+__all__ = ["Context", "ModelReply", "StepFailed", "Unsupported", "resumed"]

@@ -1,10 +1,18 @@
-"""The Context a workload receives inside a VM: the method names of ``lantern.Context``.
+"""The Context a workload receives inside a VM: the methods of ``lantern.Context``.
 
 Every ``ctx.step`` is reported to the runtime node as ``step_started`` then
 ``step_completed`` (with its output) or ``step_failed``, and the node relays each report to
 the control plane, which journals it. A resumed VM (``LANTERN_RESUME=1``) is handed the
 run's completed steps first: a step that has a journaled output returns it and its function
-is not called, so a workload skips its own completed work without code of its own.
+is not called, so a workload skips its own completed work without code of its own. Each call
+carries its position, so the control plane checks a resumed workload's step names against
+the journal's order (a different name there fails the run with ``nondeterminism``).
+
+``ctx.model`` and ``ctx.tool`` cross the channel: the VM has no network and no keys, so the
+control plane performs the model call (with its provider keys, through its model layer) or
+runs the tool registered on its ``App``, as a journaled step, and answers with the step's
+output. ``ctx.approval`` and ``ctx.run_agent`` park a run, which a VM cannot do yet: they
+raise :class:`Unsupported`; ``ctx.sleep`` sleeps in place inside the VM.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -40,12 +49,34 @@ class Reporter(Protocol):
 
 
 class StepFailed(Exception):
-    """A step of this run failed before (journaled): a resumed workload sees it again."""
+    """A step failed for good (journaled ``step_failed``): a model call or a tool the control
+    plane performed, or a step of this run that failed before."""
 
 
 class Unsupported(Exception):
-    """A Context method that needs the control plane's own machinery (a model provider, a
-    parked run) and is not offered inside a VM yet."""
+    """A Context method that parks the run (an approval, a sub-agent's run), which a workload
+    inside a microVM cannot do yet."""
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """A model step's answer as the journal holds it (``lantern.ModelReply``'s fields)."""
+
+    text: str
+    model: str | None = None
+    provider: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    tool_calls: tuple[Mapping[str, Any], ...] = ()  # each {id, name, arguments}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelReply:
+        return cls(
+            text=str(data.get("text") or ""),
+            model=data.get("model"),
+            provider=data.get("provider"),
+            usage=dict(data.get("usage") or {}),
+            tool_calls=tuple(dict(c) for c in data.get("toolCalls") or ()),
+        )
 
 
 def idempotency_key(run_id: str, step_id: str, attempt: int) -> str:
@@ -61,11 +92,14 @@ class Context:
         channel: Reporter,
         run_id: str,
         completed: Mapping[str, Any] | None = None,
+        order: Sequence[str] = (),
     ) -> None:
         self._channel = channel
         self.run_id = run_id
         self._completed = dict(completed or {})
+        self._order = list(order)  # the journal's step ids, in the order they were started
         self._seen: dict[str, int] = {}
+        self.calls = 0  # ctx calls made so far: a call's position is its number
 
     # -- what a step may know ------------------------------------------------------------
 
@@ -103,14 +137,16 @@ class Context:
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (sync or async) once for this run; its output is
         journaled and a resumed VM gets it back without calling ``fn``."""
-        step_id = self._name(name)
-        if step_id in self._completed:
+        step_id, position = self._name(name)
+        if self._served(step_id, position):
             return self._completed[step_id]
         policy = dict(retry or {})
         attempts = max(1, int(policy.get("maxAttempts", 1)))
         backoff = max(0, int(policy.get("backoffMs", 0))) / 1000
         attempt = 1
-        self._report({"kind": "step_started", "stepId": step_id, "attempt": 1})
+        self._report(
+            {"kind": "step_started", "stepId": step_id, "attempt": 1, "position": position}
+        )
         while True:
             token = _current_step.set((step_id, attempt))
             try:
@@ -161,24 +197,76 @@ class Context:
         """``sleep`` until an aware ``datetime``."""
         await self.step(name, _sleep_until, when.timestamp())
 
-    async def model(self, *args: Any, **kwargs: Any) -> Any:
-        raise Unsupported("ctx.model is not available inside a microVM workload yet")
+    async def model(
+        self,
+        model: str,
+        *,
+        prompt: str | None = None,
+        system: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[str | Mapping[str, Any]] | None = None,
+        name: str = "model",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        retry: Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """A model step, performed by the control plane (its keys, its model layer); tools
+        named here are those registered on the control plane's App."""
+        request = {
+            "kind": "model",
+            "model": model,
+            "prompt": prompt,
+            "system": system,
+            "messages": [dict(m) for m in messages or ()],
+            "tools": [t if isinstance(t, str) else dict(t) for t in tools or ()],
+            "temperature": temperature,
+            "maxTokens": max_tokens,
+            "retry": None if retry is None else dict(retry),
+        }
+        return ModelReply.from_json(await self._remote(name, request))
 
-    async def approval(self, *args: Any, **kwargs: Any) -> Any:
-        raise Unsupported("ctx.approval is not available inside a microVM workload yet")
+    async def tool(self, name: str, /, **args: Any) -> Any:
+        """A tool registered on the control plane's App, run there as a step."""
+        return await self._remote(name, {"kind": "tool", "tool": name, "args": args})
 
-    async def run_agent(self, *args: Any, **kwargs: Any) -> Any:
-        raise Unsupported("ctx.run_agent is not available inside a microVM workload yet")
+    async def approval(self, name: str, **kwargs: Any) -> Any:
+        raise Unsupported(_PARKS.format(call="ctx.approval", name=name))
 
-    async def tool(self, *args: Any, **kwargs: Any) -> Any:
-        raise Unsupported("ctx.tool is not available inside a microVM workload yet")
+    async def run_agent(self, name: str, input: Any = None) -> Any:
+        raise Unsupported(_PARKS.format(call="ctx.run_agent", name=name))
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _name(self, name: str) -> str:
+    def _name(self, name: str) -> tuple[str, int]:
+        """The call's step id (``name``, ``name#2``, ...) and its 1-based position."""
         count = self._seen.get(name, 0) + 1
         self._seen[name] = count
-        return name if count == 1 else f"{name}#{count}"
+        self.calls += 1
+        return (name if count == 1 else f"{name}#{count}"), self.calls
+
+    def _served(self, step_id: str, position: int) -> bool:
+        """Whether the journal answers this call: its step completed at this very position
+        (at another, the control plane fails the run when the call is reported)."""
+        if step_id not in self._completed:
+            return False
+        return not self._order or (
+            position <= len(self._order) and self._order[position - 1] == step_id
+        )
+
+    async def _remote(self, name: str, request: dict[str, Any]) -> Any:
+        """A step the control plane performs: the journal's output when it has one, else the
+        answer to ``call`` (it journals the step itself); ``StepFailed`` when it failed."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"ctx.{request['kind']}: the step name must be a non-empty string")
+        step_id, position = self._name(name)
+        if self._served(step_id, position):
+            return self._completed[step_id]
+        answer = self._channel.ask("call", stepId=step_id, position=position, call=request)
+        if "error" in answer:
+            error = answer["error"]
+            raise StepFailed(f"step {step_id!r} failed: {error.get('message', error)}")
+        self._completed[step_id] = answer["output"]
+        return answer["output"]
 
     def _report(self, event: dict[str, Any]) -> None:
         self._channel.ask("report", events=[event])
@@ -205,6 +293,12 @@ class Context:
             )
             result = await asyncio.wait_for(result, remaining)
         return result
+
+
+_PARKS = (
+    "{call}({name!r}) is not supported inside a microVM workload yet: it parks the run, which"
+    " a VM cannot do; run this agent in-process (without a runtime block) to use it"
+)
 
 
 def _sleep_until(at: float) -> None:

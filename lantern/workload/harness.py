@@ -49,9 +49,12 @@ def run(channel: Channel, *, resume: bool) -> int:
     hello = channel.ask("hello")
     _set_resumed(resume)
     completed: dict[str, Any] = {}
+    order: list[str] = []
     if resume:
-        for step in channel.ask("steps")["steps"]:
+        journal = channel.ask("steps")
+        for step in journal["steps"]:
             completed[step["stepId"]] = step["output"]
+        order = list(journal.get("order") or ())
     try:
         fn = load(hello["entrypoint"])
     except Exception as exc:  # ImportError, SyntaxError, or what the module raised
@@ -64,7 +67,7 @@ def run(channel: Channel, *, resume: bool) -> int:
         }
         channel.ask("failed", error=error)
         return EXIT_FAILED
-    ctx = Context(channel, hello["runId"], completed)
+    ctx = Context(channel, hello["runId"], completed, order)
     given = hello.get("input")
     kwargs = given if isinstance(given, dict) else {"input": given}
     # A plain ``def`` gets the same methods, blocking, as a code-first agent's does.
@@ -79,7 +82,9 @@ def run(channel: Channel, *, resume: bool) -> int:
     except (Exception, SystemExit) as exc:  # the workload's own end: reported, never a loss
         channel.ask("failed", error=_workload_error(exc))
         return EXIT_FAILED
-    channel.ask("done", output=output)
+    # How many calls it made: a resumed workload that returns before asking for every step the
+    # journal holds was changed (the control plane fails the run with nondeterminism).
+    channel.ask("done", output=output, calls=ctx.calls)
     return EXIT_OK
 
 

@@ -31,6 +31,7 @@ class RuntimeNodeProcess:
     log: Path
     driver: str = "sandbox"
     capacity: int = 4
+    app_dir: Path = APPS
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -46,7 +47,7 @@ class RuntimeNodeProcess:
         env.pop("LANTERN_API_KEY", None)
         argv = [
             LANTERN, "node", "--driver", self.driver, "--capacity", str(self.capacity),
-            "--app", str(APPS), "--node-id", self.node_id, "--labels", "test=1",
+            "--app", str(self.app_dir), "--node-id", self.node_id, "--labels", "test=1",
         ]  # fmt: skip
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
@@ -78,10 +79,10 @@ class Cluster:
         self.nodes: list[RuntimeNodeProcess] = []
         self.key = make_key(database_url, "default", "runs:execute,runs:read,agents:write,admin")
 
-    def serve(self, n: int = 1) -> Cluster:
+    def serve(self, n: int = 1, **env: str) -> Cluster:
         for i in range(n):
             log = self.tmp / f"serve-{len(self.servers)}-{i}.log"
-            self.servers.append(Server(self.database_url, log, env=dict(FAST)).start())
+            self.servers.append(Server(self.database_url, log, env={**FAST, **env}).start())
         return self
 
     def node(self, node_id: str, server: int = 0, **kw: Any) -> RuntimeNodeProcess:

@@ -85,3 +85,40 @@ def test_a_plain_def_workload_gets_a_blocking_context() -> None:
     assert ctx.step("b", lambda x: x + 1, 41) == 42
     assert ctx.run_id == "run-1"
     assert [f["events"][0]["kind"] for _, f in channel.asked] == ["step_started", "step_completed"]
+
+
+def test_a_completed_step_asked_for_at_another_position_is_not_served() -> None:
+    """The journal holds a then b; changed code asks for b first: the harness reports it with
+    its position (the control plane then fails the run with nondeterminism)."""
+    channel = Recorder()
+    ctx = Context(channel, "run-1", {"a": 1, "b": 2}, order=["a", "b"])
+
+    async def work() -> Any:
+        return await ctx.step("b", lambda: 20)
+
+    asyncio.run(work())
+    started = channel.asked[0][1]["events"][0]
+    assert (started["kind"], started["stepId"], started["position"]) == ("step_started", "b", 1)
+
+
+def test_ctx_model_asks_the_control_plane_and_a_replay_is_served() -> None:
+    from lantern.workload import ModelReply
+
+    class Answering(Recorder):
+        def ask(self, op: str, **fields: Any) -> Any:
+            super().ask(op, **fields)
+            return {"output": {"text": "hi", "model": "m", "usage": {"inputTokens": 3}}}
+
+    channel = Answering()
+    ctx = Context(channel, "run-1", {"model": {"text": "old"}}, order=["model"])
+
+    async def work() -> tuple[ModelReply, ModelReply]:
+        first = await ctx.model("m", prompt="Say hi")  # step "model": served from the journal
+        second = await ctx.model("m", prompt="Again")  # model#2: the control plane performs it
+        return first, second
+
+    first, second = asyncio.run(work())
+    assert first.text == "old" and (second.text, second.usage["inputTokens"]) == ("hi", 3)
+    [(op, fields)] = channel.asked
+    assert (op, fields["stepId"], fields["position"]) == ("call", "model#2", 2)
+    assert fields["call"]["kind"] == "model" and fields["call"]["prompt"] == "Again"

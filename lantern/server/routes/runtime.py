@@ -39,6 +39,21 @@ async def report(request: Request, body: Report) -> dict[str, Any]:
     return {"written": written}
 
 
+class Call(BaseModel):
+    stepId: str
+    position: int | None = None
+    call: dict[str, Any]
+
+
+@router.post("/v1/runtime/call", openapi_extra=VM_TOKEN)
+async def call(request: Request, body: Call) -> dict[str, Any]:
+    """A step the VM's workload asks the control plane to perform (``ctx.model``,
+    ``ctx.tool``): journaled like any step; the answer is its output or its error."""
+    _, relay = _runtime(request)
+    vm = await relay.authenticate(request.headers.get("authorization"))
+    return await relay.call(vm, body.model_dump(exclude_none=True))
+
+
 @router.get("/v1/runtime/steps", openapi_extra=VM_TOKEN)
 async def steps(request: Request) -> dict[str, Any]:
     """The run's completed steps and their outputs, for a resumed workload."""

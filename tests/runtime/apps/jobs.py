@@ -56,3 +56,27 @@ def plain(ctx, n=2):
     """A plain def: its ctx blocks and returns values."""
     doubled = ctx.step("double", lambda: n * 2)
     return {"doubled": doubled, "run": ctx.run_id}
+
+
+async def asks(ctx, topic="otters"):
+    """ctx.model and ctx.tool from inside the VM: the control plane performs both."""
+    reply = await ctx.model("gpt-4o-mini", prompt=f"Write a line about {topic}", name="line")
+    looked = await ctx.tool("crm.lookup", id="c-7")
+    return {
+        "text": reply.text,
+        "model": reply.model,
+        "usage": dict(reply.usage),
+        "looked": looked,
+        "resumed": resumed(),
+    }
+
+
+def asks_plain(ctx):
+    """The same from a plain def: its ctx blocks and returns the reply."""
+    return {"text": ctx.model("gpt-4o-mini", prompt="Hi").text}
+
+
+async def approves(ctx):
+    await ctx.step("a", _stamp, "a")
+    await ctx.approval("publish", prompt="Publish?")
+    return "unreachable"

@@ -1,0 +1,184 @@
+"""The steps a VM asks the control plane to perform: ``ctx.model`` and ``ctx.tool``.
+
+A VM has no network and no keys, so a workload's model call is made here, with this
+process's providers and keys, through the same model layer as an in-process agent's
+(``lantern.models.call``, its router, its spend gate), and a tool is the one registered on
+this process's ``App``. Either is a journaled step like any other: ``step_started`` before
+the work (fenced on the run lease the VM's runtime node holds), the work observed (its span,
+its duration, its usage), then ``step_completed`` with the output, or ``step_retrying`` and
+another attempt, or ``step_failed``; all through THE fenced commit. The output goes back to
+the VM over its channel. A step in flight when the VM was lost is attempted again with the
+same attempt and the same idempotency key, as in-process.
+
+``prepare`` checks the request before anything is journaled (one clear error, 422).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lantern.app import App, ToolContext
+from lantern.effects.claims import Deliveries
+from lantern.engine.function_context import _messages, _policy  # the in-process checks
+from lantern.engine.retries import RetryPolicy
+from lantern.engine.spend import gate
+from lantern.errors import StepError, UsageError
+from lantern.models import registry, tools
+from lantern.models.budget import spent_in
+from lantern.models.call import call, journal_usage
+from lantern.models.records import ModelRequest, ToolSpec, tool_calls_json
+from lantern.store.base import Store
+from lantern.store.records import Lease, Run, RunUsage
+
+# (attempt, idempotency key) -> the step's output
+Work = Callable[[int, str], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    step_type: str  # "llm" or "tool": spans, metrics, and what step_started says
+    started: dict[str, Any]  # step_started's data
+    policy: RetryPolicy
+    work: Work
+    usage: Callable[[Any], dict[str, Any] | None]
+
+
+def prepare(
+    request: Any,
+    *,
+    step: str,
+    run: Run,
+    lease: Lease,
+    store: Store,
+    app: App,
+    models: registry.Models,
+    spent: Callable[[], RunUsage],
+) -> Prepared:
+    """The step ``request`` asks for, checked; a UsageError says what is wrong with it."""
+    if not isinstance(request, dict):
+        raise UsageError("call must be an object with a kind, 'model' or 'tool'")
+    kind = request.get("kind")
+    if kind == "model":
+        return _model(request, run, store, app, models, spent)
+    if kind == "tool":
+        return _tool(request, step, run, lease, store, app)
+    raise UsageError(f"call kind {kind!r} is not performed for a VM: use 'model' or 'tool'")
+
+
+def _model(
+    request: dict[str, Any],
+    run: Run,
+    store: Store,
+    app: App,
+    models: registry.Models,
+    spent: Callable[[], RunUsage],
+) -> Prepared:
+    model = request.get("model")
+    if not isinstance(model, str) or not model:
+        raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
+    problem = registry.model_problem(model, models.routes)
+    if problem is not None:
+        raise UsageError(f"ctx.model({model!r}): {problem}")
+    prompt, messages = request.get("prompt"), request.get("messages")
+    if messages is not None and not isinstance(messages, list):
+        raise UsageError("ctx.model: messages must be a list")
+    conversation = _messages(prompt, messages)
+    system = request.get("system")
+    if system is not None and not isinstance(system, str):
+        raise UsageError("ctx.model: system must be a string")
+    temperature, max_tokens = request.get("temperature"), request.get("maxTokens")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, int | float)
+    ):
+        raise UsageError("ctx.model: temperature must be a number")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise UsageError("ctx.model: max_tokens must be a positive integer")
+    specs = _tool_specs(app, request.get("tools") or [])
+    policy = _policy(request.get("retry"), "ctx.model")
+
+    async def work(attempt: int, key: str) -> Any:
+        ask = ModelRequest(
+            model=model,
+            messages=conversation,
+            idempotency_key=key,
+            system=system,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            tools=specs,
+        )
+        result = await call(models, ask, gate(store, run, None, spent))
+        output = result.output()
+        output["toolCalls"] = tool_calls_json(result.response.tool_calls)
+        return output
+
+    return Prepared("llm", {"type": "llm", "model": model}, policy, work, journal_usage)
+
+
+def _tool(
+    request: dict[str, Any], step: str, run: Run, lease: Lease, store: Store, app: App
+) -> Prepared:
+    name, args = request.get("tool"), request.get("args", {})
+    if not isinstance(name, str):
+        raise UsageError("ctx.tool: the tool name must be a string")
+    if not isinstance(args, dict):
+        raise UsageError(f"ctx.tool({name!r}): the arguments must be an object")
+    found = app.tools.get(name)
+    if found is None:
+        raise UsageError(
+            f"ctx.tool({name!r}): no such tool is registered on the control plane's App"
+            " (use @app.tool in the --app that lantern serve loads)"
+        )
+
+    async def work(attempt: int, key: str) -> Any:
+        try:
+            checked = tools.validated(found, dict(args))
+        except ValueError as exc:
+            message = " ".join(str(exc).split())
+            problem = f"invalid arguments for {name!r}: {message}"
+            raise StepError(problem, error_class="tool") from None
+        deliveries = Deliveries(store, lease, step_id=step, attempt=attempt, idempotency_key=key)
+        context = ToolContext(run.id, step, attempt, key, deliveries.once)
+        return await found.call(context, checked)
+
+    data = {"type": "tool", "call": {"tool": name, "args": args}}
+    return Prepared("tool", data, RetryPolicy(), work, _no_usage)
+
+
+def _tool_specs(app: App, given: Any) -> tuple[ToolSpec, ...]:
+    if not isinstance(given, list):
+        raise UsageError("ctx.model: tools must be a list")
+    names = [t for t in given if isinstance(t, str)]
+    wires = {name: wire for wire, name in tools.wire_names(names).items()}
+    specs = []
+    for t in given:
+        if isinstance(t, str):
+            found = app.tools.get(t)
+            if found is None:
+                raise UsageError(
+                    f"ctx.model: no tool {t!r} is registered on the control plane's App"
+                )
+            specs.append(tools.spec(found, wires[t]))
+        elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
+            specs.append(
+                ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))
+            )
+        else:
+            raise UsageError("ctx.model: tools are tool names or {name, description, parameters}")
+    return tuple(specs)
+
+
+def model_spent(outputs: Mapping[str, Any], types: Mapping[str, str]) -> RunUsage:
+    """What the run's model steps have spent so far (the run budget's gate reads it)."""
+    return spent_in(
+        out.get("usage")
+        for s, out in outputs.items()
+        if types.get(s) == "llm" and isinstance(out, dict)
+    )
+
+
+def _no_usage(output: Any) -> None:
+    return None

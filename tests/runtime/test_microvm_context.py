@@ -1,0 +1,144 @@
+"""The workload's Context is lantern.Context: ctx.model and ctx.tool cross the channel to the
+control plane, and a resumed workload's step names are checked against the journal."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lantern.ids import idempotency_key
+from tests.conftest import sqlite_url
+from tests.fake_llm import FakeProvider, Script
+from tests.runtime.cluster import Cluster
+from tests.runtime.conftest import working
+from tests.runtime.test_microvm_runs import kinds
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeProvider]:
+    provider = FakeProvider(script=Script(["Otters hold hands while they sleep."])).start()
+    yield provider
+    provider.close()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iterator[Cluster]:
+    """A control plane that holds the model provider's key, and one runtime node."""
+    working("sandbox")
+    tmp = tmp_path_factory.mktemp("context")
+    found = Cluster(sqlite_url(tmp), tmp).serve(**fake.env())
+    found.node("n1")
+    try:
+        yield found
+    finally:
+        found.close()
+
+
+def test_ctx_model_and_ctx_tool_in_a_vm_are_performed_by_the_control_plane(
+    shared: Cluster, fake: FakeProvider
+) -> None:
+    shared.agent("asks", "jobs:asks")
+    before = len(fake.requests)
+    run_id = shared.start_run("asks", {"topic": "otters"})
+    run = shared.finished(run_id)
+    assert run["status"] == "succeeded", run
+    out = run["output"]
+    assert out["text"] == "Otters hold hands while they sleep."
+    assert out["model"] == "gpt-4o-mini"
+    assert out["usage"]["inputTokens"] == 10 and out["usage"]["outputTokens"] == 5
+    assert out["looked"] == {"id": "c-7", "name": "Ada"}
+    # The VM has no network: the call reached the provider from the control plane, with the
+    # step's idempotency key, once.
+    [sent] = fake.requests[before:]
+    assert sent.key == idempotency_key(run_id, "line", 1)
+    assert "Write a line about otters" in str(sent.body["messages"])
+    events = shared.events(run_id)
+    assert [k for k in kinds(events) if k[1] is not None] == [
+        ("step_started", "line"), ("step_completed", "line"),
+        ("step_started", "crm.lookup"), ("step_completed", "crm.lookup"),
+    ]  # fmt: skip
+    started = [e for e in events if e["kind"] == "step_started"]
+    assert started[0]["data"] == {"type": "llm", "model": "gpt-4o-mini"}
+    assert started[1]["data"]["type"] == "tool"
+    assert run["usage"]["inputTokens"] == 10 and run["usage"]["modelCalls"] == 1
+
+
+def test_a_plain_def_workload_gets_a_blocking_ctx_model(shared: Cluster) -> None:
+    shared.agent("asks-plain", "jobs:asks_plain")
+    run = shared.finished(shared.start_run("asks-plain", {}))
+    assert run["status"] == "succeeded", run
+    assert run["output"] == {"text": "Otters hold hands while they sleep."}
+
+
+def test_a_call_a_vm_cannot_make_yet_fails_the_run_with_one_clear_error(shared: Cluster) -> None:
+    shared.agent("approves", "jobs:approves")
+    run = shared.finished(shared.start_run("approves", {}))
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "workload_failed"
+    assert (
+        "ctx.approval('publish') is not supported inside a microVM workload yet"
+        in run["error"]["message"]
+    )
+    [vm] = shared.vms(run["id"])
+    assert vm["state"] == "exited"  # the workload's own end: not resumed
+
+
+FIRST = """
+import time
+
+
+async def main(ctx):
+    await ctx.step("a", lambda: "A")
+    await ctx.step("hold", time.sleep, 120)
+    return "done"
+"""
+
+CHANGED = """
+async def main(ctx):
+    await ctx.step("b", lambda: "B")
+    await ctx.step("a", lambda: "A")
+    return "done"
+"""
+
+
+def test_a_resumed_workload_asking_for_other_steps_fails_with_nondeterminism(
+    tmp_path: Path,
+) -> None:
+    working("sandbox")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "changing.py").write_text(FIRST)
+    cluster = Cluster(sqlite_url(tmp_path), tmp_path).serve()
+    try:
+        nodes = {n: cluster.node(n, app_dir=app) for n in ("n1", "n2")}
+        cluster.agent("changing", "changing:main")
+        run_id = cluster.start_run("changing", {})
+
+        def holding() -> bool:
+            """step hold started"""
+            return ("step_started", "hold") in kinds(cluster.events(run_id))
+
+        cluster.wait_for(holding)
+        [first] = cluster.vms(run_id)
+        nodes[first["nodeId"]].signal(signal.SIGKILL)
+        (app / "changing.py").write_text(CHANGED)  # the code changed under the run
+        run = cluster.finished(run_id)
+        assert run["status"] == "failed", run
+        error = run["error"]
+        assert (error["code"], error["position"]) == ("nondeterminism", 1)
+        assert (error["journaled"], error["requested"]) == ("a", "b")
+        assert "step 1 of the journal is 'a' but the code asked for 'b'" in error["message"]
+        lost, resumed = cluster.vms(run_id)
+        assert (lost["reason"], resumed["resume"]) == ("node_lost", True)
+        assert (resumed["state"], resumed["reason"]) == ("terminated", "nondeterminism")
+        found = kinds(cluster.events(run_id))
+        assert ("step_started", "b") not in found  # nothing of the changed code journaled
+        assert found.count(("step_completed", "a")) == 1
+        assert len(cluster.vms(run_id)) == 2  # a failed run is not resumed again
+    finally:
+        cluster.close()
