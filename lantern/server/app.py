@@ -70,6 +70,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
                 finished=issuer.after_finish,
                 patience=settings.lease_ttl,
                 app=tools,
+                models=models,
             ),
         )
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
