@@ -340,6 +340,15 @@ class App:
         await self._connect(server)
         return self.tools.get(name)
 
+    def has_tool(self, name: str) -> bool:
+        """Whether ``name`` is a registered tool or names a registered MCP server's
+        (``server.tool``), without reaching the server: whether it has that tool is known once
+        ``find_tool`` has started it."""
+        if name in self.tools:
+            return True
+        server_name, dot, rest = name.partition(".")
+        return bool(dot and rest) and server_name in self.mcp_servers
+
     async def resolve_tools(self, names: Sequence[str]) -> list[str]:
         """An agent's tool list with each ``server.*`` replaced by that MCP server's tools
         (in the server's order); the servers named are started first."""

@@ -98,6 +98,15 @@ class StepError(LanternError):
         return {"message": message, "class": self.error_class, "retryable": self.retryable}
 
 
+class ToolUnavailable(StepError):
+    """The tool could not be reached (its MCP server is down, or died or hung mid-call): the
+    step fails, class ``tool``, retryable. Unlike a tool's own error it is not the model's to
+    handle, so a plain agent's tool call fails its step rather than answering the model."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_class="tool", retryable=True)
+
+
 class TemplateError(StepError):
     def __init__(self, message: str) -> None:
         super().__init__(message, error_class="tool", retryable=False)

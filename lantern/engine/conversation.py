@@ -25,7 +25,7 @@ from lantern.engine.journal import RunState
 from lantern.engine.live import OnText
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
-from lantern.errors import LanternError, StepError
+from lantern.errors import LanternError, StepError, ToolUnavailable
 from lantern.models import tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
@@ -151,9 +151,10 @@ class Conversation(Drive):
     async def _failed(
         self, action: turns.CallModel | turns.CallTool, attempt: int, exc: StepError
     ) -> Step | None:
-        """A model turn retried under the agent's policy (its backoff journaled, so it
-        survives a crash), or the run's failure."""
-        policy = self.policy if isinstance(action, turns.CallModel) else _NEVER
+        """A model turn, or a tool call whose server was down, retried under the agent's
+        policy (its backoff journaled, so it survives a crash), or the run's failure."""
+        retried = isinstance(action, turns.CallModel) or isinstance(exc, ToolUnavailable)
+        policy = self.policy if retried else _NEVER
         event, retry = self.failure(action.step, attempt, exc, policy)
         if retry is None:
             end, update = self.step_ended_run(action.step, exc)
@@ -220,7 +221,8 @@ class Conversation(Drive):
         )
 
     async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
-        """The tool's answer; a failure goes back to the model as ``{"error": ...}``."""
+        """The tool's answer; a failure goes back to the model as ``{"error": ...}``, but a
+        tool that cannot be reached (ToolUnavailable) fails the step."""
         tool = await self.host.app.find_tool(action.tool) if action.tool else None
         if tool is None:
             return {"error": f"there is no tool {action.call.name!r}"}
@@ -237,8 +239,10 @@ class Conversation(Drive):
         except ValueError as exc:
             return {"error": f"invalid arguments for {action.tool!r}: {exc}"}
         except LanternError as exc:
-            if not isinstance(exc, StepError):
-                raise  # a lost lease, a store failure: not the model's business
+            if not isinstance(exc, StepError) or isinstance(exc, ToolUnavailable):
+                # A lost lease, a store failure, a tool's MCP server that is down: not the
+                # model's business; the step fails (a down server's retryably).
+                raise
             return {"error": str(exc)}
         except Exception as exc:
             logs.tool_raised(action.tool or "?", self.run.id, action.step, exc)

@@ -166,15 +166,24 @@ class EngineContext(Context):
     async def tool(self, name: str, /, **args: Any) -> Any:
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
-        found = d.host.app.tools.get(name)
-        if found is None:
-            raise UsageError(f"ctx.tool({name!r}): no such tool is registered (use @app.tool)")
+        app = d.host.app
+        if not app.has_tool(name):
+            raise UsageError(
+                f"ctx.tool({name!r}): no such tool is registered (use @app.tool or app.mcp)"
+            )
         try:
             json.loads(dumps(args))
         except (TypeError, ValueError) as exc:
             raise UsageError(f"ctx.tool({name!r}): the arguments are not JSON: {exc}") from None
 
         async def work(a: _Attempt) -> Any:
+            # An MCP server's tool is looked up inside the step: a server that is down fails
+            # the step (ToolUnavailable: class tool, retryable), as in a graph.
+            found = await app.find_tool(name)
+            if found is None:
+                raise StepError(
+                    f"tool {name!r}: its MCP server has no such tool", error_class="tool"
+                )
             try:
                 checked = tools.validated(found, dict(args))
             except ValueError as exc:

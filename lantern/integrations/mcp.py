@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from lantern.errors import StepError, UsageError
+from lantern.errors import StepError, ToolUnavailable, UsageError
 
 log = logging.getLogger("lantern.mcp")
 
@@ -200,20 +200,14 @@ class McpServer:
             # The server died, hung or broke the protocol mid-call: whether the call took
             # effect is unknown here, so the step fails retryable and keeps its key.
             conn.closing.set()
-            raise StepError(
-                f"MCP server {self.name!r}: tool {tool!r} got no answer: {_describe(exc)}",
-                error_class="tool",
-                retryable=True,
+            raise ToolUnavailable(
+                f"MCP server {self.name!r}: tool {tool!r} got no answer: {_describe(exc)}"
             ) from exc
         return _result(self.name, tool, result)
 
-    def _down(self, exc: BaseException) -> StepError:
+    def _down(self, exc: BaseException) -> ToolUnavailable:
         where = " ".join(self.command) if self.command else self.url
-        return StepError(
-            f"MCP server {self.name!r} ({where}) is down: {_describe(exc)}",
-            error_class="tool",
-            retryable=True,
-        )
+        return ToolUnavailable(f"MCP server {self.name!r} ({where}) is down: {_describe(exc)}")
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -126,14 +126,18 @@ def _tool(
         raise UsageError("ctx.tool: the tool name must be a string")
     if not isinstance(args, dict):
         raise UsageError(f"ctx.tool({name!r}): the arguments must be an object")
-    found = app.tools.get(name)
-    if found is None:
+    if not app.has_tool(name):
         raise UsageError(
             f"ctx.tool({name!r}): no such tool is registered on the control plane's App"
-            " (use @app.tool in the --app that lantern serve loads)"
+            " (use @app.tool or app.mcp in the --app that lantern serve loads)"
         )
 
     async def work(attempt: int, key: str) -> Any:
+        # An MCP server's tool is looked up inside the step: a server that is down fails the
+        # step (class tool, retryable), as in-process.
+        found = await app.find_tool(name)
+        if found is None:
+            raise StepError(f"tool {name!r}: its MCP server has no such tool", error_class="tool")
         try:
             checked = tools.validated(found, dict(args))
         except ValueError as exc:

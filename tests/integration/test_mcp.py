@@ -230,3 +230,113 @@ async def test_a_streamable_http_server_works_the_same(
     assert run.output == {"count": 1, "text": "hi"}
     (made,) = calls(log)
     assert made["meta"][KEY_META] == idempotency_key(run.id, "add", 1)
+
+
+class Crash(BaseException):
+    """Stands for a SIGKILL: nothing in the engine catches it, nothing is cleaned up."""
+
+
+async def test_ctx_tool_calls_an_mcp_tool_as_a_step_with_its_key_replayed_after_a_crash(
+    store: Store, tmp_path: Path
+) -> None:
+    log = tmp_path / "notes.jsonl"
+    app = notes_app(log)
+    crash = {"on": True}
+
+    def crash_once() -> str:
+        if crash["on"]:
+            crash["on"] = False
+            raise Crash()
+        return "on"
+
+    @app.agent("jot")
+    async def jot(ctx: lantern.Context, text: str) -> Any:
+        added = await ctx.tool("notes.add", text=text)
+        await ctx.step("between", crash_once)
+        found = await ctx.tool("notes.search", query=text)
+        return {"added": added, "found": found}
+
+    run = await create_run(store, "jot", {"text": "tea"}, app=app)
+    try:
+        async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+            assert w.runner is not None
+            with pytest.raises(Crash):
+                await w.runner.drive(run.id)
+        async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+            assert w.runner is not None
+            done = await w.runner.drive(run.id)
+    finally:
+        await app.aclose()
+    assert done.status == "succeeded", done.error
+    # notes.add ran once, before the crash; the replay served its output from the journal.
+    assert done.output == {"added": {"count": 1, "text": "tea"}, "found": {"result": ["tea"]}}
+    made = calls(log)
+    assert [c["tool"] for c in made] == ["add", "search"]
+    assert [c["meta"][KEY_META] for c in made] == [
+        idempotency_key(run.id, "notes.add", 1),
+        idempotency_key(run.id, "notes.search", 1),
+    ]
+    completed = [e.step_id for e in await store.events(run.id) if e.kind == "step_completed"]
+    assert completed == ["notes.add", "between", "notes.search"]
+
+
+async def test_ctx_tool_with_its_server_down_fails_the_step_class_tool_retryable(
+    store: Store, tmp_path: Path
+) -> None:
+    app = lantern.App()
+    app.mcp("gone", command=[str(tmp_path / "no-such-server")])
+
+    @app.agent("down-code")
+    async def down_code(ctx: lantern.Context) -> Any:
+        return await ctx.tool("gone.add", text="x")
+
+    run = await create_run(store, "down-code", None, app=app)
+    async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        done = await w.runner.drive(run.id)
+    assert done.status == "failed"
+    failed = [e for e in await store.events(run.id) if e.kind == "step_failed"]
+    assert [e.step_id for e in failed] == ["gone.add"]
+    error = failed[0].data["error"]
+    assert (error["class"], error["retryable"]) == ("tool", True), error
+    assert "MCP server 'gone'" in error["message"] and "is down" in error["message"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_plain_agents_tool_whose_server_dies_fails_the_step_and_is_retried(
+    store: Store, tmp_path: Path, fake: FakeProvider
+) -> None:
+    fake.script = Script([[("notes_crash", {})], "never reached"])
+    log = tmp_path / "notes.jsonl"
+    app = notes_app(log)
+    agent = {
+        "name": "crasher",
+        "model": "gpt-4o-mini",
+        "tools": ["notes.*"],
+        "retry": {"maxAttempts": 2, "backoffMs": 0},
+    }
+    try:
+        run = await drive(store, app, agent, "Crash the server")
+    finally:
+        await app.aclose()
+        await registry.default().aclose()
+    assert run.status == "failed"
+    events = await store.events(run.id)
+    # Attempt 1 failed into a retry, attempt 2 failed the step (and so the run).
+    ended = [e for e in events if e.kind in ("step_retrying", "step_failed")]
+    assert [(e.kind, e.attempt) for e in ended] == [("step_retrying", 2), ("step_failed", 2)]
+    step = ended[0].step_id or ""
+    assert step.startswith("tool:") and ended[1].step_id == step
+    for e in ended:
+        error = e.data["error"]
+        assert (error["class"], error["retryable"]) == ("tool", True), error
+        assert "MCP server 'notes'" in error["message"], error
+    # The model was never handed the failure as a tool result: one model turn only.
+    assert len(fake.calls()) == 1
+    made = calls(log)
+    assert [c["tool"] for c in made] == ["crash", "crash"]
+    assert [c["meta"][KEY_META] for c in made] == [
+        idempotency_key(run.id, step, 1),
+        idempotency_key(run.id, step, 2),
+    ]
+    assert made[0]["pid"] != made[1]["pid"]  # the dead server was started again
