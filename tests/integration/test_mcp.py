@@ -319,7 +319,6 @@ async def test_a_plain_agents_tool_whose_server_dies_fails_the_step_and_is_retri
         run = await drive(store, app, agent, "Crash the server")
     finally:
         await app.aclose()
-        await registry.default().aclose()
     assert run.status == "failed"
     events = await store.events(run.id)
     # Attempt 1 failed into a retry, attempt 2 failed the step (and so the run).
