@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -172,5 +173,43 @@ def test_a_resumed_workload_asking_for_other_steps_fails_with_nondeterminism(
         assert ("step_started", "b") not in found  # nothing of the changed code journaled
         assert found.count(("step_completed", "a")) == 1
         assert len(cluster.vms(run_id)) == 2  # a failed run is not resumed again
+    finally:
+        cluster.close()
+
+
+def test_a_vm_lost_mid_sleep_is_resumed_and_keeps_the_journaled_due_time(
+    tmp_path: Path,
+) -> None:
+    working("sandbox")
+    cluster = Cluster(sqlite_url(tmp_path), tmp_path).serve()
+    try:
+        nodes = {n: cluster.node(n) for n in ("n1", "n2")}
+        cluster.agent("naps", "jobs:naps")
+        run_id = cluster.start_run("naps", {"seconds": 5})
+
+        def napping() -> bool:
+            """the timer is journaled"""
+            return ("step_waiting", "nap") in kinds(cluster.events(run_id))
+
+        cluster.wait_for(napping)
+        [first] = cluster.vms(run_id)
+        nodes[first["nodeId"]].signal(signal.SIGKILL)
+        run = cluster.finished(run_id)
+        assert run["status"] == "succeeded", run
+        assert run["output"]["resumed"] is True
+        lost, resumed = cluster.vms(run_id)
+        assert lost["reason"] == "node_lost" and resumed["nodeId"] != lost["nodeId"]
+        events = cluster.events(run_id)
+        nap = [e for e in events if e["stepId"] == "nap"]
+        assert [e["kind"] for e in nap] == [
+            "step_started", "step_waiting", "step_resumed", "step_completed",
+        ]  # fmt: skip
+        due = nap[1]["data"]["dueAt"] / 1000
+        assert nap[2]["data"] == {"dueAt": nap[1]["data"]["dueAt"]}
+        # Woken at the due time the first VM journaled (or at once, when the resume came
+        # after it), not a whole 5 s nap after the resumed VM started.
+        started = [e for e in events if e["kind"] == "vm_started"][-1]
+        back = datetime.fromisoformat(started["at"]).timestamp()
+        assert due <= run["output"]["woke"] < max(due, back) + 3.5
     finally:
         cluster.close()

@@ -82,3 +82,10 @@ async def approves(ctx):
     verdict = await ctx.approval("publish", prompt="Publish?")
     child = await ctx.run_agent("noop", {"x": 5})
     return {"approved": verdict.approved, "by": verdict.by, "child": child}
+
+
+async def naps(ctx, seconds=4.0):
+    """A durable timer: a VM lost mid-sleep is resumed and waits out the rest only."""
+    await ctx.step("a", _stamp, "a")
+    await ctx.sleep("nap", seconds=seconds)
+    return {"woke": time.time(), "resumed": resumed()}
