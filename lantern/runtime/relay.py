@@ -1,4 +1,6 @@
-"""The control plane's side of ``POST /v1/runtime/report`` and ``GET /v1/runtime/steps``.
+"""The control plane's side of ``POST /v1/runtime/report``, ``GET /v1/runtime/steps`` and
+``POST /v1/runtime/call`` (the steps a VM asks the control plane to perform: model calls,
+tools, waits; see ``lantern.runtime.calls``).
 
 A runtime node relays what its VM reported, under the VM's token. A report is journaled only
 when the VM is the run's live VM (its row is ``starting`` or ``running`` and it is the run's
@@ -44,7 +46,9 @@ from lantern.store.runtime import Vm
 STEP_KINDS = (ev.STEP_STARTED, ev.STEP_COMPLETED, ev.STEP_FAILED, ev.STEP_RETRYING)
 TOKEN_PREFIX = "lvm"
 MAX_STEP_ID = 200
-WAIT_POLL = 0.25  # seconds between looks at a wait a VM's workload is blocked on
+# Seconds between looks at a wait a VM's workload is blocked on: soon at first (a timer of a
+# second, a quick decision), then at most every second for a long wait.
+WAIT_POLL = (0.25, 1.0)
 
 
 def new_token(vm_id: str, secret: str) -> str:
@@ -259,9 +263,13 @@ class Relay:
         """Wait (the VM waits with it) until the wait resolves, as an in-process one would
         (a decision, the child run's end, the due time), then journal ``step_resumed`` and
         the step's output or failure. A VM that stops being the run's live one ends it."""
+        every = WAIT_POLL[0]
         while (found := await resolved(self.store, vm.run_id, step, wait)) is None:
             await self._live(vm)  # Conflict once the VM is lost or replaced
-            await asyncio.sleep(WAIT_POLL)
+            due = wait.get("dueAt")
+            left = every if due is None else max(0.0, min(every, due / 1000 - time.time()))
+            await asyncio.sleep(left)
+            every = min(every * 1.5, WAIT_POLL[1])
         data, outcome = found
         async with self._run_lock(vm.run_id):
             live = await self._live(vm)
