@@ -129,7 +129,7 @@ class EngineContext(Context):
         name = determinism.check_name(name, "ctx.model")
         if not isinstance(model, str) or not model:
             raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
-        problem = registry.model_problem(model, registry.default().routes)
+        problem = registry.model_problem(model, d.host.models.routes)
         if problem is not None:
             raise UsageError(f"ctx.model({model!r}): {problem}")
         conversation = _messages(prompt, messages)
@@ -153,7 +153,8 @@ class EngineContext(Context):
                 max_tokens=max_tokens,
                 tools=specs,
             )
-            result = await call(d.host.models, request, gate(d.host.store, d.run, None, spent))
+            checked = gate(d.host.store, d.run, None, spent, d.host.models)
+            result = await call(d.host.models, request, checked)
             output = result.output()
             output["toolCalls"] = tool_calls_json(result.response.tool_calls)
             return output

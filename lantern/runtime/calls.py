@@ -110,7 +110,7 @@ def _model(
             max_tokens=max_tokens,
             tools=specs,
         )
-        result = await call(models, ask, gate(store, run, None, spent))
+        result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)
         return output

@@ -66,7 +66,9 @@ class Relay:
     ) -> None:
         self.store = store
         self.app = app or App()  # the tools ctx.tool and ctx.model's tools name
-        self.models = models  # the model layer ctx.model calls go through (None: the default)
+        # The model layer ctx.model calls go through: the process's, built from its settings
+        # (none given: no routes, the shipped prices, no workspace budgets).
+        self.models = models if models is not None else registry.Models()
         self.listeners = listeners
         self.finished = finished  # issues the receipt of a run a report finished
         self.patience = patience  # how long a commit is sent again across a database blink
@@ -141,7 +143,7 @@ class Relay:
                 lease=lease,
                 store=self.store,
                 app=self.app,
-                models=self.models or registry.default(),
+                models=self.models,
                 spent=lambda: calls.model_spent(state.outputs, types),
             )
             if step in state.failed:  # failed for good before: the same answer again

@@ -23,7 +23,6 @@ from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
 from lantern.integrations.mcp import KEY_META
-from lantern.models import registry
 from lantern.store import Store
 from tests.fake_llm import FakeProvider, Script
 from tests.server import ROOT, free_port
@@ -172,7 +171,6 @@ async def test_a_plain_agent_gets_every_tool_of_a_server_with_star(
         run = await drive(store, app, agent, "Remember to call Ada")
     finally:
         await app.aclose()
-        await registry.default().aclose()
     assert run.status == "succeeded", run.error
     assert run.output["text"] == "Noted."
     first = fake.calls()[0].body
@@ -321,7 +319,6 @@ async def test_a_plain_agents_tool_whose_server_dies_fails_the_step_and_is_retri
         run = await drive(store, app, agent, "Crash the server")
     finally:
         await app.aclose()
-        await registry.default().aclose()
     assert run.status == "failed"
     events = await store.events(run.id)
     # Attempt 1 failed into a retry, attempt 2 failed the step (and so the run).

@@ -32,7 +32,13 @@ async def put(
     s = services(request)
     if name in s.worker.app.agents:
         raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
-    agent = await apply_agent(s.store, definition, key.workspace, knows_tool=s.knows_tool())
+    agent = await apply_agent(
+        s.store,
+        definition,
+        key.workspace,
+        knows_tool=s.knows_tool(),
+        routes=s.worker.models.routes,
+    )
     return agent_json(agent)
 
 
