@@ -62,17 +62,15 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             lease_ttl=settings.lease_ttl,
             listeners=tools.commit_listeners,
         )
-        api.state.runtime = (
-            scheduler,
-            Relay(
-                store,
-                listeners=tools.commit_listeners,
-                finished=issuer.after_finish,
-                patience=settings.lease_ttl,
-                app=tools,
-                models=models,
-            ),
+        relay = Relay(
+            store,
+            listeners=tools.commit_listeners,
+            finished=issuer.after_finish,
+            patience=settings.lease_ttl,
+            app=tools,
+            models=models,
         )
+        api.state.runtime = (scheduler, relay)
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(
             store,
@@ -90,6 +88,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             models=models,
             tool_threads=settings.tool_threads,
         )
+        relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
         async with worker:
             api.state.services = Services(
                 store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
