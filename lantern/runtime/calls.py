@@ -118,7 +118,7 @@ def _model(
             system=system,
             temperature=temperature,
             max_tokens=max_tokens,
-            tools=specs,
+            tools=await tools.offered(app, specs),
         )
         result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
@@ -246,20 +246,19 @@ def prepare_wait(
     raise UsageError(f"call kind {kind!r} is not a wait: use one of {', '.join(WAITS)}")
 
 
-def _tool_specs(app: App, given: Any) -> tuple[ToolSpec, ...]:
+def _tool_specs(app: App, given: Any) -> tuple[str | ToolSpec, ...]:
+    """The tools a ctx.model call names, checked now; names are looked up when the step runs
+    (``tools.offered``), so a replayed step needs no MCP server started."""
     if not isinstance(given, list):
         raise UsageError("ctx.model: tools must be a list")
-    names = [t for t in given if isinstance(t, str)]
-    wires = {name: wire for wire, name in tools.wire_names(names).items()}
-    specs = []
+    specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            found = app.tools.get(t)
-            if found is None:
+            if not app.has_tool(t):
                 raise UsageError(
                     f"ctx.model: no tool {t!r} is registered on the control plane's App"
                 )
-            specs.append(tools.spec(found, wires[t]))
+            specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             specs.append(
                 ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))
