@@ -53,7 +53,6 @@ import lantern  # noqa: E402
 from lantern.engine.journal import EventWriter  # noqa: E402
 from lantern.engine.runs import apply_agent, create_run  # noqa: E402
 from lantern.engine.worker import Worker  # noqa: E402
-from lantern.models import registry  # noqa: E402
 from lantern.observability import metrics  # noqa: E402
 from lantern.store import Append, Store, open_store  # noqa: E402
 
@@ -216,7 +215,6 @@ async def one(kind: str, n: int, delay: float, sqlite: bool, tmp: Path) -> None:
             most = (await peer_stats(client, peer))["most"]  # runs that waited at once
             await worker.stop(grace=5)
             await serving
-            await registry.default().aclose()
         ok = statuses.count("succeeded")
         per_run = (waiting_rss - before) / max(1, most)  # over the runs that waited at once
         print(

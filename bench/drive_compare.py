@@ -89,7 +89,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     import lantern
     from lantern.engine.runs import apply_agent, create_run
     from lantern.engine.worker import Worker
-    from lantern.models import registry
+    from lantern.models.registry import Models
     from lantern.store import open_store
 
     app = lantern.App()
@@ -98,7 +98,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     async def noop() -> None:
         return None
 
-    registry.default()._providers["offline"] = ScriptedProvider()  # type: ignore[assignment]
+    models = Models(providers={"offline": ScriptedProvider()})  # type: ignore[dict-item]
     with tempfile.TemporaryDirectory() as tmp:
         schema = None
         if backend == "sqlite":
@@ -121,7 +121,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
                 (await create_run(store, name, {"i": i} if kind == "graph" else "go")).id
                 for i in range(warmup + runs)
             ]
-            async with Worker(store, app, worker_id="bench", lease_ttl=60) as w:
+            async with Worker(store, app, worker_id="bench", lease_ttl=60, models=models) as w:
                 runner = w.runner
                 assert runner is not None
                 for run_id in ids[:warmup]:

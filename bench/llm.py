@@ -41,10 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import itertools
 
 import lantern
+from lantern.config import ModelSettings
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
-from lantern.models import registry
 from lantern.models.records import ModelRequest, ModelResponse, Provider
+from lantern.models.registry import Models
 from lantern.store.base import Store, open_store
 from tests.fake_llm import FakeProvider
 
@@ -101,12 +102,12 @@ def chain(steps: int) -> dict[str, Any]:
 
 async def measure(store: Store, runs: int, steps: int) -> tuple[list[float], list[float]]:
     """Per run: Lantern's ms per model call, and the provider's ms per call."""
-    models = registry.default()
+    models = Models.from_settings(ModelSettings.from_env())  # the bench's route (main_async)
     timed = Timed(models.provider("gpt-4o-mini"))
     models._providers["openai"] = timed  # the bench's stopwatch around the real provider
     await apply_agent(store, chain(steps))
     ours, theirs = [], []
-    async with Worker(store, lantern.App(), worker_id="bench", lease_ttl=60) as w:
+    async with Worker(store, lantern.App(), worker_id="bench", lease_ttl=60, models=models) as w:
         assert w.runner is not None
         for n in range(runs + 3):  # three to warm up
             run = await create_run(store, "bench-llm", {"text": f"report {n}"})

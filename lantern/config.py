@@ -43,6 +43,49 @@ def _integer(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 @dataclass(frozen=True)
+class ModelSettings:
+    """The model steps' configuration as the environment gives it; lantern.models parses it
+    (``Models.from_settings``), so a broken value is one UsageError where a registry is built."""
+
+    routes: str | None = None  # LANTERN_MODEL_ROUTES: JSON {"NAME": ["model", ...]}
+    routes_file: str | None = None  # LANTERN_MODEL_ROUTES_FILE: the same object, JSON or YAML
+    prices_file: str | None = None  # LANTERN_MODEL_PRICES: a file adding to the price table
+    unknown_price: str | None = None  # LANTERN_UNKNOWN_MODEL_PRICE: IN,OUT per million tokens
+    workspace_budgets: str | None = None  # LANTERN_WORKSPACE_BUDGETS: JSON per workspace
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ModelSettings:
+        e = os.environ if env is None else env
+        return cls(
+            routes=e.get("LANTERN_MODEL_ROUTES") or None,
+            routes_file=e.get("LANTERN_MODEL_ROUTES_FILE") or None,
+            prices_file=e.get("LANTERN_MODEL_PRICES") or None,
+            unknown_price=e.get("LANTERN_UNKNOWN_MODEL_PRICE", "").strip() or None,
+            workspace_budgets=e.get("LANTERN_WORKSPACE_BUDGETS") or None,
+        )
+
+
+DEFAULT_TOOL_THREADS = 32
+
+
+def tool_threads(env: Mapping[str, str]) -> int:
+    """LANTERN_TOOL_THREADS: the sync tools' thread pool (anything but a positive integer: 32)."""
+    raw = env.get("LANTERN_TOOL_THREADS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TOOL_THREADS
+
+
+def trace_export(env: Mapping[str, str]) -> bool:
+    """Whether to export spans over OTLP/HTTP: the standard endpoint variable is set and the
+    SDK is not disabled (the exporter reads the other OTEL_* variables itself)."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    if not endpoint:
+        return False
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     lease_ttl: float = 60.0
@@ -68,6 +111,9 @@ class Settings:
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
     node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost (§11)
     runtime_driver: str = "auto"  # LANTERN_RUNTIME_DRIVER: what `lantern node` isolates with
+    models: ModelSettings = field(default_factory=ModelSettings)  # routes, prices, budgets
+    tool_threads: int = DEFAULT_TOOL_THREADS  # LANTERN_TOOL_THREADS: sync tools' thread pool
+    trace_export: bool = False  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set: export spans
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +142,9 @@ class Settings:
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
             node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),
             runtime_driver=e.get("LANTERN_RUNTIME_DRIVER") or "auto",
+            models=ModelSettings.from_env(e),
+            tool_threads=tool_threads(e),
+            trace_export=trace_export(e),
         )
 
     @property

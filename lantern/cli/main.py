@@ -28,6 +28,8 @@ from lantern.engine.resume import resume_run
 from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.errors import NotFound
+from lantern.models import router
+from lantern.models.registry import Models
 from lantern.views import run_json
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
@@ -65,8 +67,9 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
                 applied = await api.apply_agent(definition)
             click.echo(f"applied {applied.name} v{applied.version}")
             return
+        routes = router.configured(s.models.routes, s.models.routes_file)
         async with opened(s) as store:
-            agent = await apply_agent(store, definition)
+            agent = await apply_agent(store, definition, routes=routes)
         click.echo(f"applied {agent.name} v{agent.version}")
 
     run(body)
@@ -144,15 +147,21 @@ def run_agent(
             if not wait:
                 click.echo(created.id)
                 return 0
-            async with Worker(
-                store,
-                app,
-                worker_id=cli_worker_id(s),
-                lease_ttl=s.lease_ttl,
-                step_timeout=s.step_timeout,
-            ) as w:
-                assert w.runner is not None
-                finished = await w.runner.drive(created.id)
+            models = Models.from_settings(s.models)
+            try:
+                async with Worker(
+                    store,
+                    app,
+                    worker_id=cli_worker_id(s),
+                    lease_ttl=s.lease_ttl,
+                    step_timeout=s.step_timeout,
+                    models=models,
+                    tool_threads=s.tool_threads,
+                ) as w:
+                    assert w.runner is not None
+                    finished = await w.runner.drive(created.id)
+            finally:
+                await models.aclose()
             if finished is None:
                 raise NotFound(f"run {created.id} was taken over by another worker")
             # Read back: the database summed the run's model usage as it went.

@@ -16,7 +16,7 @@ from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
 from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
-from lantern.models.registry import check_configuration
+from lantern.models.registry import Models
 from lantern.observability import logs
 from lantern.receipts.keys import load_ring
 from lantern.secrets import box, redact
@@ -71,7 +71,7 @@ def serve(
         fail(str(exc), 2)
     try:
         tools = load_user_app(app_spec, app_dir)
-        check_configuration()
+        Models.from_settings(s.models)  # a broken route, price or budget setting: one line
         load_ring(s)  # a bad LANTERN_SIGNING_KEY is one line here, not a startup traceback
         EgressPolicy.parse(s.egress_allow)  # and so is a bad LANTERN_EGRESS_ALLOW
         box.load(s.secrets_key, s.data_path)  # and LANTERN_SECRETS_KEY, or a readable key file

@@ -203,7 +203,7 @@ class Conversation(Drive):
         result = await call(
             self.host.models,
             request,
-            gate(self.host.store, self.run, self.agent.budget, self._spent),
+            gate(self.host.store, self.run, self.agent.budget, self._spent, self.host.models),
             on_text=on_text,
         )
         output = result.output()

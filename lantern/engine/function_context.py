@@ -36,6 +36,7 @@ from lantern.models import registry, tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import Message, ModelRequest, ToolCall, ToolSpec, tool_calls_json
+from lantern.models.tools import offered
 from lantern.store.codec import dumps
 
 T = TypeVar("T")
@@ -129,7 +130,7 @@ class EngineContext(Context):
         name = determinism.check_name(name, "ctx.model")
         if not isinstance(model, str) or not model:
             raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
-        problem = registry.model_problem(model, registry.default().routes)
+        problem = registry.model_problem(model, d.host.models.routes)
         if problem is not None:
             raise UsageError(f"ctx.model({model!r}): {problem}")
         conversation = _messages(prompt, messages)
@@ -151,9 +152,10 @@ class EngineContext(Context):
                 system=system,
                 temperature=temperature,
                 max_tokens=max_tokens,
-                tools=specs,
+                tools=await offered(d.host.app, specs),
             )
-            result = await call(d.host.models, request, gate(d.host.store, d.run, None, spent))
+            checked = gate(d.host.store, d.run, None, spent, d.host.models)
+            result = await call(d.host.models, request, checked)
             output = result.output()
             output["toolCalls"] = tool_calls_json(result.response.tool_calls)
             return output
@@ -532,16 +534,19 @@ def _messages(
     return tuple(out)
 
 
-def _tool_specs(d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
-    names = [t for t in given if isinstance(t, str)]
-    wires = {name: wire for wire, name in tools.wire_names(names).items()}
-    specs = []
+def _tool_specs(
+    d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]
+) -> tuple[str | ToolSpec, ...]:
+    """The tools a ctx.model call names, checked now; names are looked up when the step runs
+    (``tools.offered``), so a replayed step needs no MCP server started."""
+    specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            found = d.host.app.tools.get(t)
-            if found is None or not d.host.app.serves(t, d.run.workspace):
-                raise UsageError(f"ctx.model: no tool {t!r} is registered (use @app.tool)")
-            specs.append(tools.spec(found, wires[t]))
+            if not d.host.app.has_tool(t, d.run.workspace):
+                raise UsageError(
+                    f"ctx.model: no tool {t!r} is registered (use @app.tool or app.mcp)"
+                )
+            specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             specs.append(
                 ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))

@@ -17,9 +17,10 @@ from typing import Any
 from lantern import limits
 from lantern.engine import anomalies, when
 from lantern.engine.microvm import MicroVmAgent, parse_microvm
-from lantern.errors import DefinitionError, UsageError
+from lantern.errors import DefinitionError
 from lantern.models import registry
 from lantern.models.budget import budget_problems
+from lantern.models.router import Routes
 from lantern.nodes import templates
 from lantern.nodes.base import Node
 from lantern.nodes.registry import AVAILABLE_TYPES, PLANNED_TYPES
@@ -127,8 +128,11 @@ GRAPH_FIELDS = frozenset(
 )
 
 
-def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
-    """Validate a whole agent definition and return its graph, or raise DefinitionError."""
+def parse_agent(definition: Any, routes: Routes | None = None) -> Graph | PlainAgent | MicroVmAgent:
+    """Validate a whole agent definition and return its graph, or raise DefinitionError.
+
+    ``routes``: the configured model routes a ``route:NAME`` model must name; None leaves
+    route names unchecked (a model call then says whether its route is known)."""
     if not isinstance(definition, dict):
         raise DefinitionError(["the definition must be a JSON object"])
     problems: list[str] = []
@@ -149,7 +153,7 @@ def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
     graph = definition.get("graph")
     if graph is None:
         if "model" in definition:
-            return _parse_plain(definition, problems)
+            return _parse_plain(definition, problems, routes)
         problems.append("a definition needs a 'graph' with 'nodes' and 'edges'")
         raise DefinitionError(problems)
     if not isinstance(graph, dict):
@@ -163,7 +167,7 @@ def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
             f"a graph agent has no fields {', '.join(sorted(map(str, unknown)))}"
             f" (known: {', '.join(sorted(GRAPH_FIELDS))})"
         )
-    result = _parse_graph(str(name), graph, problems)
+    result = _parse_graph(str(name), graph, problems, routes)
     if problems:
         raise DefinitionError(problems)
     assert result is not None
@@ -175,14 +179,16 @@ def parse_agent(definition: Any) -> Graph | PlainAgent | MicroVmAgent:
     )
 
 
-def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
+def _parse_plain(
+    definition: dict[str, Any], problems: list[str], routes: Routes | None
+) -> PlainAgent:
     unknown = set(definition) - PLAIN_FIELDS
     if unknown:
         problems.append(
             f"a plain LLM agent has no fields {', '.join(sorted(map(str, unknown)))}"
             f" (known: {', '.join(sorted(PLAIN_FIELDS))})"
         )
-    _check_model_fields("the agent", definition, problems)
+    _check_model_fields("the agent", definition, problems, routes)
     tools = definition.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
         problems.append("tools must be a list of tool names")
@@ -214,16 +220,15 @@ def _parse_plain(definition: dict[str, Any], problems: list[str]) -> PlainAgent:
     )
 
 
-def _check_model_fields(where: str, data: Mapping[str, Any], problems: list[str]) -> None:
+def _check_model_fields(
+    where: str, data: Mapping[str, Any], problems: list[str], routes: Routes | None
+) -> None:
     """model, system, temperature and maxTokens, as ai-step nodes and plain agents share them."""
     model = data.get("model")
     if not isinstance(model, str) or not model:
         problems.append(f"{where}: needs a model (a model name, offline/..., or route:NAME)")
     else:
-        try:
-            problem = registry.model_problem(model, registry.default().routes)
-        except UsageError as exc:  # the routes configuration itself is broken
-            problem = str(exc)
+        problem = registry.model_problem(model, routes)
         if problem is not None:
             problems.append(f"{where}: {problem}")
     if "system" in data and not isinstance(data["system"], str):
@@ -238,7 +243,9 @@ def _check_model_fields(where: str, data: Mapping[str, Any], problems: list[str]
         problems.append(f"{where}: maxTokens must be a positive integer")
 
 
-def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph | None:
+def _parse_graph(
+    name: str, graph: dict[str, Any], problems: list[str], routes: Routes | None
+) -> Graph | None:
     raw_nodes = graph.get("nodes")
     raw_edges = graph.get("edges", [])
     if not isinstance(raw_nodes, list) or not raw_nodes:
@@ -256,7 +263,7 @@ def _parse_graph(name: str, graph: dict[str, Any], problems: list[str]) -> Graph
 
     nodes: dict[str, Node] = {}
     for index, raw in enumerate(raw_nodes):
-        node = _parse_node(index, raw, problems)
+        node = _parse_node(index, raw, problems, routes)
         if node is None:
             continue
         if node.id in nodes:
@@ -365,7 +372,7 @@ def _check_references(graph: Graph, problems: list[str]) -> None:
             problems.append(f"node {node.id!r}: a template reads steps.{step}, but {why}")
 
 
-def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
+def _parse_node(index: int, raw: Any, problems: list[str], routes: Routes | None) -> Node | None:
     if not isinstance(raw, dict):
         problems.append(f"node {index}: must be an object")
         return None
@@ -394,7 +401,7 @@ def _parse_node(index: int, raw: Any, problems: list[str]) -> Node | None:
     elif node_type == "connector":
         _check_connector(where, data, problems)
     elif node_type == "ai-step":
-        _check_ai_step(where, data, problems)
+        _check_ai_step(where, data, problems, routes)
     elif node_type == "approval":
         _check_approval(where, data, problems)
     elif node_type == "subagent":
@@ -420,8 +427,10 @@ def _check_connector(where: str, data: dict[str, Any], problems: list[str]) -> N
         problems.append(f"{where}: unknown connector {kind!r} (known: email, http)")
 
 
-def _check_ai_step(where: str, data: dict[str, Any], problems: list[str]) -> None:
-    _check_model_fields(where, data, problems)
+def _check_ai_step(
+    where: str, data: dict[str, Any], problems: list[str], routes: Routes | None
+) -> None:
+    _check_model_fields(where, data, problems, routes)
     if not isinstance(data.get("prompt"), str):
         problems.append(f"{where}: an ai-step needs data.prompt, a string (templates allowed)")
     if data.get("responseFormat", "text") not in ("text", "json"):

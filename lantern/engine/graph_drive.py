@@ -322,6 +322,7 @@ class GraphDrive(Drive):
                 self.run,
                 self.graph.budget,
                 lambda: spend.of_graph(self.graph, self.outputs),
+                self.host.models,
             ),
             start_child=functools.partial(self._start_child, step, attempt),
             on_text=self.host.live.sink(self.run.id, step, attempt),

@@ -32,7 +32,6 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.microvm import MicroVmAgent
 from lantern.errors import NotFound, StoreUnavailable
-from lantern.models import registry
 from lantern.models.registry import Models
 from lantern.observability import tracing
 from lantern.secrets.vault import Vault
@@ -57,7 +56,7 @@ class Runner:
         max_recoveries: int = 10,
         on_queued: Callable[[], None] = lambda: None,
         issue_receipt: Callable[[str], Awaitable[None]] | None = None,
-        models: Models | None = None,
+        models: Models,
         step_timeout: float | None = None,
         live: LiveText | None = None,
         vault: Callable[[], Vault] | None = None,
@@ -77,7 +76,7 @@ class Runner:
         self.keeper = keeper
         self.worker_id = worker_id
         self.http = http
-        self.models = models or registry.default()  # the providers and routes of model steps
+        self.models = models  # the providers, routes, prices and budgets of model steps
         self.stopping = stopping or asyncio.Event()
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent | CodeSpec] = {}
         self.retry_rates = RetryRates()
@@ -193,7 +192,7 @@ class Runner:
             if agent is None:
                 raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
             code = CodeSpec.of(agent.definition)  # a code-first agent's stored version
-            graph = self._graphs[key] = code or parse_agent(agent.definition)
+            graph = self._graphs[key] = code or parse_agent(agent.definition, self.models.routes)
         return graph
 
 

@@ -16,6 +16,7 @@ from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.validate import Knows, tool_problems
 from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
 from lantern.ids import new_run_id
+from lantern.models.router import Routes
 from lantern.store.base import Store
 from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
@@ -29,15 +30,17 @@ async def apply_agent(
     workspace: str = DEFAULT_WORKSPACE,
     *,
     knows_tool: Knows | None = None,
+    routes: Routes | None = None,
 ) -> AgentVersion:
     """Validate (raising DefinitionError with every problem) and store a new version.
 
-    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks.
+    ``knows_tool``, given by a server that loaded an app, also refuses tools it lacks;
+    ``routes``, the process's configured model routes, refuses a ``route:NAME`` they lack.
 
     Validating a large definition is CPU work (up to a megabyte, a thousand nodes, every
     template parsed): it runs on a thread, so the event loop every tenant shares keeps
     answering meanwhile."""
-    graph = await asyncio.to_thread(_validated, definition, knows_tool)
+    graph = await asyncio.to_thread(_validated, definition, knows_tool, routes)
     if isinstance(graph, MicroVmAgent):
         await check_runnable(store, graph)
     return await store.put_agent(workspace, graph.name, definition)
@@ -67,7 +70,9 @@ async def check_runnable(store: Store, agent: MicroVmAgent) -> None:
         raise DefinitionError(problems)
 
 
-def _validated(definition: Any, knows_tool: Knows | None = None) -> Any:
+def _validated(
+    definition: Any, knows_tool: Knows | None = None, routes: Routes | None = None
+) -> Any:
     """Storable JSON (depth first, iteratively), within the size limit, then a valid graph
     whose tools the app has; a graph past the node limit is refused before anything walks it.
     Every problem of the definition is reported together."""
@@ -87,7 +92,7 @@ def _validated(definition: Any, knows_tool: Knows | None = None) -> Any:
         )
     missing = [] if knows_tool is None else tool_problems(definition, knows_tool)
     try:
-        parsed = parse_agent(definition)
+        parsed = parse_agent(definition, routes)
     except DefinitionError as exc:
         raise DefinitionError([*exc.problems, *missing]) from None
     if missing:

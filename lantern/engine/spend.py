@@ -2,38 +2,35 @@
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from lantern.engine.graph import Graph
-from lantern.models.budget import Budget, Gate, spent_in, workspace_budgets
+from lantern.models.budget import Budget, Gate, spent_in
 from lantern.models.call import journal_usage
+from lantern.models.registry import Models
 from lantern.store.base import Store
 from lantern.store.records import Run, RunUsage
 
 MODEL_NODES = frozenset({"ai-step"})
 
 
-def _workspace_budgets() -> dict[str, Budget]:
-    return _parsed_budgets(os.environ.get("LANTERN_WORKSPACE_BUDGETS"))
-
-
-@functools.cache
-def _parsed_budgets(raw: str | None) -> dict[str, Budget]:
-    return workspace_budgets({} if raw is None else {"LANTERN_WORKSPACE_BUDGETS": raw})
-
-
 def gate(
-    store: Store, run: Run, budget: Mapping[str, Any] | None, spent: Callable[[], RunUsage]
+    store: Store,
+    run: Run,
+    budget: Mapping[str, Any] | None,
+    spent: Callable[[], RunUsage],
+    models: Models,
 ) -> Gate:
+    """The run's budget gate: its agent's ``budget``, its workspace's configured limits, and
+    the prices of ``models`` (the process's model configuration)."""
     return Gate(
         run_spent=spent,
         run_budget=Budget.from_json(budget),
         workspace=run.workspace,
         workspace_spent=store.workspace_usage,
-        workspace_budgets=_workspace_budgets,
+        workspace_budgets=models.workspace_budgets,
+        prices=models.prices,
     )
 
 

@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 
-from lantern import config, outbound
+from lantern import config, outbound, threads
 from lantern.app import App
 from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
+from lantern.models.registry import Models
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
@@ -46,8 +47,15 @@ class Worker:
         egress: EgressPolicy | None = None,
         vault: Vault | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
+        models: Models | None = None,
+        tool_threads: int = config.DEFAULT_TOOL_THREADS,
     ) -> None:
         self.store = store
+        # The model configuration (routes, prices, budgets) the process's settings give; none
+        # given: no routes, the shipped prices, no workspace budgets (and closed on exit).
+        self.models = models if models is not None else Models()
+        self._own_models = models is None
+        self.tool_threads = tool_threads
         self.step_timeout = step_timeout
         self.microvm = microvm
         # Tenant URLs reach only public addresses and what LANTERN_EGRESS_ALLOW lists.
@@ -80,6 +88,7 @@ class Worker:
     async def __aenter__(self) -> Worker:
         self.keeper.start()  # its loops live as long as the worker
         outbound.configure(self.max_concurrent)
+        threads.configure(self.tool_threads)
         http = await self._stack.enter_async_context(client(self.egress, limits=outbound.limits()))
         self.runner = Runner(
             self.store,
@@ -95,6 +104,7 @@ class Worker:
             vault=self.vault,
             live=self.live,
             microvm=self.microvm,
+            models=self.models,
         )
         return self
 
@@ -109,6 +119,8 @@ class Worker:
     async def __aexit__(self, *exc: object) -> None:
         await self.keeper.close()
         await self._stack.aclose()
+        if self._own_models:
+            await self.models.aclose()  # their SDK clients, with the loop that opened them
 
     async def reclaim(self) -> int:
         """Take back at once the unfinished runs whose leases name this worker id."""

@@ -34,7 +34,13 @@ try:
     from pydantic_ai import Agent
     from pydantic_ai.agent import AbstractAgent
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        ModelAPIError,
+        ModelHTTPError,
+        ModelRetry,
+    )
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -57,6 +63,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 __all__ = ["DurableAgent", "durable"]
 
 OutputT = TypeVar("OutputT")
+# As Lantern's own model steps: a transient provider error (a connection failure, 408, 409,
+# 429, a 5xx) is tried again, up to 3 attempts from 500 ms of backoff.
+MODEL_RETRY: Mapping[str, Any] = {"maxAttempts": 3, "backoffMs": 500, "retryableClasses": ["llm"]}
 _TOOL_RETURN: TypeAdapter[ToolReturn[Any]] = TypeAdapter(ToolReturn[Any])
 
 
@@ -77,7 +86,14 @@ class _Steps:
         parameters: ModelRequestParameters,
     ) -> ModelResponse:
         async def request() -> Any:
-            response = await model.request(messages, settings, parameters)
+            try:
+                response = await model.request(messages, settings, parameters)
+            except ModelHTTPError as exc:
+                status = exc.status_code
+                transient = status in (408, 409, 429) or status >= 500
+                raise StepError(_one_line(exc), error_class="llm", retryable=transient) from exc
+            except ModelAPIError as exc:  # no answer at all: a connection failure, a timeout
+                raise StepError(_one_line(exc), error_class="llm", retryable=True) from exc
             return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
 
         request.__qualname__ = f"{self.prefix}.model"
@@ -115,6 +131,10 @@ class _Steps:
         call.__qualname__ = step
         recorded = await self.ctx.step(step, call, retry=self.tool_retry)
         return _replayed(recorded)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _json(value: Any, tool: str) -> Any:
@@ -205,7 +225,7 @@ class DurableAgent(Generic[OutputT]):
         agent: AbstractAgent[Any, OutputT],
         *,
         name: str | None = None,
-        model_retry: Mapping[str, Any] | None = None,
+        model_retry: Mapping[str, Any] | None = MODEL_RETRY,
         tool_retry: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
@@ -251,10 +271,12 @@ def durable(
     agent: AbstractAgent[Any, OutputT],
     *,
     name: str | None = None,
-    model_retry: Mapping[str, Any] | None = None,
+    model_retry: Mapping[str, Any] | None = MODEL_RETRY,
     tool_retry: Mapping[str, Any] | None = None,
 ) -> DurableAgent[OutputT]:
     """Make ``agent`` durable: ``await durable(agent).run(ctx, prompt)`` inside a code-first
     agent. ``name`` prefixes its step ids (default: the agent's name, else ``pydantic-ai``);
-    ``model_retry`` / ``tool_retry`` are the steps' retry policies, as ``ctx.step`` takes."""
+    ``model_retry`` / ``tool_retry`` are the steps' retry policies, as ``ctx.step`` takes
+    (default: a model request's transient errors, class ``llm``, get 3 attempts from 500 ms of
+    backoff; a tool call gets one attempt)."""
     return DurableAgent(agent, name=name, model_retry=model_retry, tool_retry=tool_retry)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lantern.errors import BudgetExceeded, StepError, UsageError
+from lantern.errors import BudgetExceeded, UsageError
 from lantern.models import pricing
 from lantern.models.records import ModelRequest, TokenUsage
 from lantern.store.records import RunUsage
@@ -56,8 +55,8 @@ def budget_problems(where: str, data: Any) -> list[str]:
     return problems
 
 
-def workspace_budgets(env: Mapping[str, str] | None = None) -> dict[str, Budget]:
-    raw = (os.environ if env is None else env).get("LANTERN_WORKSPACE_BUDGETS")
+def workspace_budgets(raw: str | None) -> dict[str, Budget]:
+    """The limits LANTERN_WORKSPACE_BUDGETS (``raw``) sets, by workspace."""
     if not raw:
         return {}
     try:
@@ -99,24 +98,19 @@ class Gate:
     run_budget: Budget | None = None
     workspace: str = "default"
     workspace_spent: WorkspaceSpend | None = None
-    # The configured workspace limits, read at call time (a broken setting fails the call).
-    workspace_budgets: Callable[[], Mapping[str, Budget]] | None = None
+    # The configured workspace limits (LANTERN_WORKSPACE_BUDGETS) and prices, as the process
+    # parsed them at start.
+    workspace_budgets: Mapping[str, Budget] = field(default_factory=dict)
+    prices: pricing.Prices = field(default_factory=pricing.shipped)
 
     async def check(self, model: str, request: ModelRequest) -> None:
         guess = estimate(request)
-        try:
-            known = pricing.price(model)
-        except UsageError as exc:
-            raise StepError(str(exc), error_class="llm") from exc
+        known = self.prices.price(model)
         guess_usd = (known or pricing.FREE).cost(guess)
         if self.run_budget is not None:
             _unpriced("run", self.run_budget, model, known)
             _check("run", self.run_budget, self.run_spent(), model, guess, guess_usd)
-        try:
-            limits = self.workspace_budgets() if self.workspace_budgets is not None else {}
-        except UsageError as exc:
-            raise StepError(str(exc), error_class="llm") from exc
-        budget = limits.get(self.workspace)
+        budget = self.workspace_budgets.get(self.workspace)
         if budget is not None and self.workspace_spent is not None:
             _unpriced(f"workspace {self.workspace!r}", budget, model, known)
             spent = await self.workspace_spent(self.workspace, month_start())

@@ -11,7 +11,7 @@ from typing import Any
 
 from lantern import outbound
 from lantern.errors import StepError, UsageError
-from lantern.models import pricing, router
+from lantern.models import router
 from lantern.models.budget import Gate
 from lantern.models.records import ModelRequest, ModelResponse, OnText
 from lantern.models.registry import Models, wire_model
@@ -72,7 +72,7 @@ async def call(
                 raise
             tried.append({"model": model, "error": str(exc)})
             continue
-        usd, priced = pricing.cost(model, response.usage)
+        usd, priced = models.prices.cost(model, response.usage)
         route = None
         if request.model.startswith(router.PREFIX):
             route = {"name": request.model[len(router.PREFIX) :], "tried": tried}

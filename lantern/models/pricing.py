@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from lantern.errors import UsageError
@@ -49,39 +50,17 @@ def _entries(raw: Any, where: str) -> dict[str, Price]:
 
 
 @functools.cache
-def table() -> dict[str, Price]:
+def builtin() -> dict[str, Price]:
+    """The table shipped in ``prices.json``."""
     text = (resources.files("lantern.models") / "prices.json").read_text()
-    prices = _entries(json.loads(text), "prices.json")
-    extra = os.environ.get("LANTERN_MODEL_PRICES")
-    if extra:
-        try:
-            raw = json.loads(Path(extra).read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"LANTERN_MODEL_PRICES={extra!r}: {exc}") from exc
-        prices.update(_entries(raw, f"LANTERN_MODEL_PRICES={extra!r}"))
-    return prices
+    return _entries(json.loads(text), "prices.json")
 
 
-def price(model: str) -> Price | None:
-    """The model's price, None when unknown. ``provider/model`` names are looked up bare."""
-    if model.startswith(OFFLINE):
-        return FREE
-    prices = table()
-    bare = model.split("/", 1)[1] if model.startswith(("openai/", "anthropic/")) else model
-    if bare in prices:
-        return prices[bare]
-    # Dated snapshots (gpt-4o-2024-08-06, claude-sonnet-4-5-20250929): longest listed prefix.
-    for name in sorted(prices, key=len, reverse=True):
-        if bare.startswith(name + "-"):
-            return prices[name]
-    return unknown_price()
-
-
-def unknown_price() -> Price | None:
+def unknown_price(raw: str | None) -> Price | None:
     """``LANTERN_UNKNOWN_MODEL_PRICE=IN,OUT`` (USD per million tokens): what a model the table
     does not know is assumed to cost. Unset: unknown, and a ``maxUsd`` budget refuses the call
     rather than count it as free."""
-    raw = os.environ.get("LANTERN_UNKNOWN_MODEL_PRICE", "").strip()
+    raw = (raw or "").strip()
     if not raw:
         return None
     try:
@@ -95,15 +74,65 @@ def unknown_price() -> Price | None:
     return Price(given, taken)
 
 
+@dataclass(frozen=True)
+class Prices:
+    """The price table a process charges by: the shipped one, what ``LANTERN_MODEL_PRICES``
+    adds or overrides, and the price assumed for a model neither lists."""
+
+    table: Mapping[str, Price]
+    unknown: Price | None = None
+
+    @classmethod
+    def load(cls, extra: str | None = None, unknown: str | None = None) -> Prices:
+        """``extra``: a LANTERN_MODEL_PRICES file; ``unknown``: LANTERN_UNKNOWN_MODEL_PRICE."""
+        prices = dict(builtin())
+        if extra:
+            try:
+                raw = json.loads(Path(extra).read_text())
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"LANTERN_MODEL_PRICES={extra!r}: {exc}") from exc
+            prices.update(_entries(raw, f"LANTERN_MODEL_PRICES={extra!r}"))
+        return cls(MappingProxyType(prices), unknown_price(unknown))
+
+    def price(self, model: str) -> Price | None:
+        """The model's price, None when unknown. ``provider/model`` names are looked up bare."""
+        if model.startswith(OFFLINE):
+            return FREE
+        prices = self.table
+        bare = model.split("/", 1)[1] if model.startswith(("openai/", "anthropic/")) else model
+        if bare in prices:
+            return prices[bare]
+        # Dated snapshots (gpt-4o-2024-08-06, claude-sonnet-4-5-20250929): longest listed prefix.
+        for name in sorted(prices, key=len, reverse=True):
+            if bare.startswith(name + "-"):
+                return prices[name]
+        return self.unknown
+
+    def cost(self, model: str, usage: TokenUsage) -> tuple[float, bool]:
+        """(USD, whether the model has a price)."""
+        p = self.price(model)
+        if p is None:
+            _warn_unpriced(model)
+            return 0.0, False
+        return round(p.cost(usage), 10), True
+
+
 @functools.cache
-def _warn_unpriced(model: str) -> None:
-    log.warning("no price known for model %r: its tokens are counted, its cost is not", model)
+def shipped() -> Prices:
+    """The shipped table alone, nothing assumed for unknown models."""
+    return Prices(MappingProxyType(builtin()))
+
+
+def price(model: str) -> Price | None:
+    """The model's price in the shipped table."""
+    return shipped().price(model)
 
 
 def cost(model: str, usage: TokenUsage) -> tuple[float, bool]:
-    """(USD, whether the model has a price)."""
-    p = price(model)
-    if p is None:
-        _warn_unpriced(model)
-        return 0.0, False
-    return round(p.cost(usage), 10), True
+    """(USD, whether the model has a price) by the shipped table."""
+    return shipped().cost(model, usage)
+
+
+@functools.cache
+def _warn_unpriced(model: str) -> None:
+    log.warning("no price known for model %r: its tokens are counted, its cost is not", model)

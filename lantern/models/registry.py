@@ -8,12 +8,12 @@ OpenAI chat-completions API, which is also what OpenAI-compatible servers speak 
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Mapping
+from types import MappingProxyType
 
+from lantern.config import ModelSettings
 from lantern.errors import UsageError
-from lantern.models import offline, router
+from lantern.models import budget, offline, pricing, router
 from lantern.models.records import Provider
 
 
@@ -33,10 +33,13 @@ def wire_model(model: str) -> str:
     return model
 
 
-def model_problem(model: str, routes: router.Routes) -> str | None:
-    """Why a model or route name cannot work, where that is known before a call."""
+def model_problem(model: str, routes: router.Routes | None) -> str | None:
+    """Why a model or route name cannot work, where that is known before a call. Without
+    ``routes`` a route's name is not checked (the call then says whether it is known)."""
+    if routes is None and model.startswith(router.PREFIX):
+        return None
     try:
-        names = router.candidates(model, routes)
+        names = router.candidates(model, routes or {})
     except UsageError as exc:
         return str(exc)
     for name in names:
@@ -48,28 +51,37 @@ def model_problem(model: str, routes: router.Routes) -> str | None:
 
 
 class Models:
-    """The process's providers (each holding one SDK client) and model routes."""
+    """A process's model configuration: its providers (each holding one SDK client, made on
+    first use), model routes, price table and workspace budgets. Built from the settings
+    where a process starts (``from_settings``) and handed to whoever runs model steps."""
 
     def __init__(
         self,
         routes: router.Routes | None = None,
         providers: Mapping[str, Provider] | None = None,
+        *,
+        prices: pricing.Prices | None = None,
+        workspace_budgets: Mapping[str, budget.Budget] | None = None,
     ) -> None:
-        self._fixed = routes
+        self.routes: router.Routes = MappingProxyType(dict(routes or {}))
+        self.prices = prices or pricing.shipped()
+        self.workspace_budgets: Mapping[str, budget.Budget] = MappingProxyType(
+            dict(workspace_budgets or {})
+        )
         self._providers = dict(providers or {})
-        self._env: tuple[str | None, str | None] | None = None
-        self._from_env: router.Routes = {}
 
-    @property
-    def routes(self) -> router.Routes:
-        """The routes given, or those configured in the environment (read again on change)."""
-        if self._fixed is not None:
-            return self._fixed
-        env = (os.environ.get("LANTERN_MODEL_ROUTES"), os.environ.get("LANTERN_MODEL_ROUTES_FILE"))
-        if env != self._env:
-            self._from_env = router.routes_from_env()
-            self._env = env
-        return self._from_env
+    @classmethod
+    def from_settings(
+        cls, settings: ModelSettings, providers: Mapping[str, Provider] | None = None
+    ) -> Models:
+        """Parse the configured routes, prices and budgets: UsageError for a broken one (a
+        server checks at start, rather than failing model steps later)."""
+        return cls(
+            router.configured(settings.routes, settings.routes_file),
+            providers,
+            prices=pricing.Prices.load(settings.prices_file, settings.unknown_price),
+            workspace_budgets=budget.workspace_budgets(settings.workspace_budgets),
+        )
 
     async def aclose(self) -> None:
         for provider in self._providers.values():
@@ -94,19 +106,3 @@ def _make(name: str) -> Provider:
     from lantern.models.openai import OpenAIProvider
 
     return OpenAIProvider()
-
-
-def check_configuration() -> None:
-    """Raise UsageError now for a broken route, price or budget setting (a server checks at
-    start, rather than failing model steps later)."""
-    from lantern.models import budget, pricing
-
-    router.routes_from_env()
-    pricing.table()
-    budget.workspace_budgets()
-
-
-@functools.cache
-def default() -> Models:
-    """The providers of this process: one per provider, SDK clients shared by every run."""
-    return Models()

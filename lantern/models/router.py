@@ -10,7 +10,6 @@ and never routes again.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,9 +39,9 @@ def parse_routes(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
     return routes
 
 
-def routes_from_env(env: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
-    e = os.environ if env is None else env
-    inline, path = e.get("LANTERN_MODEL_ROUTES"), e.get("LANTERN_MODEL_ROUTES_FILE")
+def configured(inline: str | None, path: str | None) -> dict[str, tuple[str, ...]]:
+    """The routes LANTERN_MODEL_ROUTES (``inline``) and LANTERN_MODEL_ROUTES_FILE (``path``)
+    give; the inline ones win a name both define."""
     routes: dict[str, tuple[str, ...]] = {}
     if path:
         try:

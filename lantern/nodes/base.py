@@ -6,7 +6,7 @@ Nodes are leaves: nothing here or in a node type imports ``lantern.engine``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -41,7 +41,7 @@ class StepContext:
     # The run's workspace's webhook signing secrets, newest first (none: send unsigned).
     signing_secrets: Callable[[], Awaitable[list[str]]]
     # Model steps: the process's providers and routes, and the budget gate of this run.
-    models: registry.Models = field(default_factory=registry.default)
+    models: registry.Models
     gate: Gate | None = None
     # Start (or find, on a re-run) this step attempt's child run: (agent name, input) -> run id
     start_child: Callable[[str, Any], Awaitable[str]] | None = None

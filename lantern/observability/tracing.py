@@ -119,12 +119,10 @@ def run_context(run_id: str) -> otel_context.Context:
 # -- set-up --------------------------------------------------------------------------------
 
 
-def configure(worker_id: str, env: Mapping[str, str] | None = None) -> bool:
-    """Install OTLP/HTTP export when the standard endpoint variable asks for it."""
-    e = os.environ if env is None else env
-    if not (e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
-        return False
-    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+def configure(worker_id: str, export: bool) -> bool:
+    """Install OTLP/HTTP export when the settings ask for it (``Settings.trace_export``: the
+    standard endpoint variable is set); the exporter reads the other OTEL_* variables."""
+    if not export:
         return False
     # Imported here: the exporter (and protobuf) load only in processes that export.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

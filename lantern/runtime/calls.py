@@ -10,21 +10,31 @@ another attempt, or ``step_failed``; all through THE fenced commit. The output g
 the VM over its channel. A step in flight when the VM was lost is attempted again with the
 same attempt and the same idempotency key, as in-process.
 
-``prepare`` checks the request before anything is journaled (one clear error, 422).
+``ctx.approval``, ``ctx.run_agent`` and ``ctx.sleep`` are waits (``prepare_wait``): the
+same ``step_started`` and ``step_waiting`` as an in-process code agent's, resolved the same way
+(``lantern.engine.function_waits``: a decision through the approvals API, the child run's end,
+the journaled due time), then ``step_resumed`` and ``step_completed``. What differs is only
+that the VM waits, holding its runtime node's slot, where an in-process run parks.
+
+``prepare`` and ``prepare_wait`` check the request before anything is journaled (one clear
+error, 422).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
+from lantern.engine import runs
 from lantern.engine.function_context import _messages, _policy  # the in-process checks
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
-from lantern.errors import StepError, UsageError
+from lantern.errors import Conflict, NotFound, StepError, UsageError
+from lantern.ids import child_run_id
 from lantern.models import registry, tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
@@ -108,9 +118,9 @@ def _model(
             system=system,
             temperature=temperature,
             max_tokens=max_tokens,
-            tools=specs,
+            tools=await tools.offered(app, specs),
         )
-        result = await call(models, ask, gate(store, run, None, spent))
+        result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)
         return output
@@ -152,20 +162,103 @@ def _tool(
     return Prepared("tool", data, RetryPolicy(), work, _no_usage)
 
 
-def _tool_specs(app: App, given: Any, workspace: str) -> tuple[ToolSpec, ...]:
+WAITS = ("approval", "run_agent", "sleep")
+
+# (step, attempt) -> the step_waiting data (a sub-agent's child run is created by it)
+MakeWait = Callable[[str, int], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Wait:
+    started: dict[str, Any]  # step_started's data
+    make: MakeWait  # journaled after step_started: a sub-agent's start is durable first
+
+
+def prepare_wait(
+    request: dict[str, Any], *, run: Run, store: Store, app: App, on_queued: Callable[[], None]
+) -> Wait:
+    """The wait ``request`` asks for (``kind`` approval, run_agent or sleep), checked."""
+    kind = request.get("kind")
+    if kind == "sleep":
+        due, seconds = request.get("dueAt"), request.get("seconds")
+        if due is not None and (isinstance(due, bool) or not isinstance(due, int)):
+            raise UsageError("ctx.sleep_until: dueAt must be epoch milliseconds")
+        if due is None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0
+        ):
+            raise UsageError("ctx.sleep: seconds must be a number >= 0")
+        at: int | None = due
+        ms: float = 0.0 if seconds is None else float(seconds) * 1000
+
+        async def timer(step: str, attempt: int) -> dict[str, Any]:
+            # Due from when the wait is first journaled; a resumed VM keeps that due time.
+            when = at if at is not None else int(time.time() * 1000 + ms)
+            return {"kind": "timer", "dueAt": when}
+
+        return Wait({"type": "sleep"}, timer)
+    if kind == "approval":
+        prompt, assignees = request.get("prompt", ""), request.get("assignees", [])
+        limit, on_timeout = request.get("timeoutMs"), request.get("onTimeout", "reject")
+        if not isinstance(prompt, str):
+            raise UsageError("ctx.approval: prompt must be a string")
+        if not isinstance(assignees, list) or not all(isinstance(a, str) for a in assignees):
+            raise UsageError("ctx.approval: assignees must be a list of strings")
+        if on_timeout not in ("approve", "reject"):
+            raise UsageError("ctx.approval: on_timeout is 'approve' or 'reject'")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+        ):
+            raise UsageError("ctx.approval: timeout_ms must be a positive integer")
+
+        async def decision(step: str, attempt: int) -> dict[str, Any]:
+            data: dict[str, Any] = {"kind": "approval", "prompt": prompt, "assignees": assignees}
+            if limit is not None:
+                data["dueAt"] = int(time.time() * 1000 + limit)
+                data["onTimeout"] = on_timeout
+            return data
+
+        return Wait({"type": "approval"}, decision)
+    if kind == "run_agent":
+        name = request.get("agentName")
+        if not isinstance(name, str) or not name:
+            raise UsageError("ctx.run_agent: the agent name must be a non-empty string")
+        given = request.get("input")
+
+        async def child(step: str, attempt: int) -> dict[str, Any]:
+            child_id = child_run_id(run.id, step, attempt)
+            try:
+                await runs.create_run(
+                    store,
+                    name,
+                    given,
+                    run.workspace,
+                    idempotency_key=f"subagent:{child_id}",
+                    run_id=child_id,
+                    parent_id=run.id,
+                    app=app,
+                )
+            except (NotFound, UsageError, Conflict) as exc:
+                raise StepError(f"sub-agent {name!r}: {exc}", error_class="tool") from exc
+            on_queued()
+            return {"kind": "subagent", "agentName": name, "childRunId": child_id}
+
+        return Wait({"type": "subagent", "agentName": name}, child)
+    raise UsageError(f"call kind {kind!r} is not a wait: use one of {', '.join(WAITS)}")
+
+
+def _tool_specs(app: App, given: Any, workspace: str) -> tuple[str | ToolSpec, ...]:
+    """The tools a ctx.model call names, checked now; names are looked up when the step runs
+    (``tools.offered``), so a replayed step needs no MCP server started."""
     if not isinstance(given, list):
         raise UsageError("ctx.model: tools must be a list")
-    names = [t for t in given if isinstance(t, str)]
-    wires = {name: wire for wire, name in tools.wire_names(names).items()}
-    specs = []
+    specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            found = app.tools.get(t)
-            if found is None or not app.serves(t, workspace):
+            if not app.has_tool(t, workspace):
                 raise UsageError(
                     f"ctx.model: no tool {t!r} is registered on the control plane's App"
                 )
-            specs.append(tools.spec(found, wires[t]))
+            specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             specs.append(
                 ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))

@@ -1,4 +1,6 @@
-"""The control plane's side of ``POST /v1/runtime/report`` and ``GET /v1/runtime/steps``.
+"""The control plane's side of ``POST /v1/runtime/report``, ``GET /v1/runtime/steps`` and
+``POST /v1/runtime/call`` (the steps a VM asks the control plane to perform: model calls,
+tools, waits; see ``lantern.runtime.calls``).
 
 A runtime node relays what its VM reported, under the VM's token. A report is journaled only
 when the VM is the run's live VM (its row is ``starting`` or ``running`` and it is the run's
@@ -20,6 +22,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -29,7 +32,8 @@ from lantern.app import App
 from lantern.engine import commits, determinism
 from lantern.engine import events as ev
 from lantern.engine.drive import observed
-from lantern.engine.journal import EventWriter, fold
+from lantern.engine.function_waits import resolved
+from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.errors import Conflict, LanternError, LeaseLost, StepError, Unauthorized, UsageError
 from lantern.ids import idempotency_key
 from lantern.models import registry
@@ -37,12 +41,16 @@ from lantern.runtime import calls, metrics
 from lantern.runtime.journal import vm_data, writer
 from lantern.store.base import Store
 from lantern.store.codec import dumps, text_problem
-from lantern.store.records import Append, Lease, NewEvent, RunUpdate
+from lantern.store.records import Append, Event, Lease, NewEvent, Run, RunUpdate
 from lantern.store.runtime import Vm
 
 STEP_KINDS = (ev.STEP_STARTED, ev.STEP_COMPLETED, ev.STEP_FAILED, ev.STEP_RETRYING)
 TOKEN_PREFIX = "lvm"
 MAX_STEP_ID = 200
+MAX_ORDERS = 1000  # resumed VMs whose journaled step order is kept in memory
+# Seconds between looks at a wait a VM's workload is blocked on: soon at first (a timer of a
+# second, a quick decision), then at most every second for a long wait.
+WAIT_POLL = (0.25, 1.0)
 
 
 def new_token(vm_id: str, secret: str) -> str:
@@ -66,11 +74,15 @@ class Relay:
     ) -> None:
         self.store = store
         self.app = app or App()  # the tools ctx.tool and ctx.model's tools name
-        self.models = models  # the model layer ctx.model calls go through (None: the default)
+        # The model layer ctx.model calls go through: the process's, built from its settings
+        # (none given: no routes, the shipped prices, no workspace budgets).
+        self.models = models if models is not None else registry.Models()
+        self.on_queued: Callable[[], None] = lambda: None  # a child run was queued: look now
         self.listeners = listeners
         self.finished = finished  # issues the receipt of a run a report finished
         self.patience = patience  # how long a commit is sent again across a database blink
         self._locks: dict[str, asyncio.Lock] = {}
+        self._orders: OrderedDict[str, list[str]] = OrderedDict()  # vm id -> order()
 
     async def authenticate(self, authorization: str | None) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one)."""
@@ -108,25 +120,21 @@ class Relay:
         }
 
     async def call(self, vm: Vm, body: dict[str, Any]) -> dict[str, Any]:
-        """Perform the model call or tool step ``body`` asks for (``ctx.model``,
-        ``ctx.tool``) as a journaled step of ``vm``'s run: ``{"output": ...}`` or, when it
-        failed for good, ``{"error": ...}`` (lantern.runtime.calls)."""
+        """Perform the step ``body`` asks for as a journaled step of ``vm``'s run: a model
+        call or a tool (``ctx.model``, ``ctx.tool``), or a wait (``ctx.approval``,
+        ``ctx.run_agent``, ``ctx.sleep``); ``{"output": ...}``, or ``{"error": ...}`` when it
+        failed for good (lantern.runtime.calls)."""
         step = body.get("stepId")
         if not isinstance(step, str) or not 0 < len(step) <= MAX_STEP_ID:
             raise UsageError(f"stepId must be a string of 1 to {MAX_STEP_ID} characters")
+        request = body.get("call")
+        if isinstance(request, dict) and request.get("kind") in calls.WAITS:
+            return await self._waited(vm, step, body, request)
         async with self._run_lock(vm.run_id):
-            vm = await self._live(vm)
-            run = await self.store.get_run(vm.run_id)
-            if run is None:
-                raise Conflict(f"run {vm.run_id} is gone")
-            journal = await self.store.events(vm.run_id, blobs=True)
-            state = fold(journal)
-            if vm.resume:
-                found = determinism.mismatch(list(state.attempts), _position(body), step)
-                if found is not None:
-                    await self.nondeterministic(vm, found)
-            if step in state.outputs:  # it completed before this VM asked: the journal's
-                return {"output": state.outputs[step]}
+            opened = await self._opening(vm, step, body)
+            if isinstance(opened, dict):
+                return opened
+            vm, run, journal, state = opened
             types = {
                 e.step_id: str(e.data.get("type", "step"))
                 for e in journal
@@ -135,18 +143,15 @@ class Relay:
             assert vm.lease_epoch is not None
             lease = Lease(vm.run_id, vm.node_id, vm.lease_epoch)
             prepared = calls.prepare(
-                body.get("call"),
+                request,
                 step=step,
                 run=run,
                 lease=lease,
                 store=self.store,
                 app=self.app,
-                models=self.models or registry.default(),
+                models=self.models,
                 spent=lambda: calls.model_spent(state.outputs, types),
             )
-            if step in state.failed:  # failed for good before: the same answer again
-                failed = [e for e in journal if e.kind == ev.STEP_FAILED and e.step_id == step]
-                return {"error": dict(failed[-1].data.get("error") or {})}
             due: int | None = None
             if step in state.retrying:  # a backoff the VM's loss cut short
                 attempt, due = state.retrying[step]
@@ -194,6 +199,96 @@ class Relay:
             await self._step(vm, ev.STEP_FAILED, step, attempt, {"error": error})
             return {"error": error}
 
+    async def _opening(
+        self, vm: Vm, step: str, body: dict[str, Any]
+    ) -> tuple[Vm, Run, list[Event], RunState] | dict[str, Any]:
+        """What every call checks first, holding the run's lock: the VM is the run's live
+        one, a resumed VM's call is where the journal has it (else ``nondeterminism``), and a
+        step the journal has finished is answered from it."""
+        vm = await self._live(vm)
+        run = await self.store.get_run(vm.run_id)
+        if run is None:
+            raise Conflict(f"run {vm.run_id} is gone")
+        journal = await self.store.events(vm.run_id, blobs=True)
+        state = fold(journal)
+        if vm.resume:
+            found = determinism.mismatch(list(state.attempts), _position(body), step)
+            if found is not None:
+                await self.nondeterministic(vm, found)
+        if step in state.outputs:  # it completed before this VM asked: the journal's
+            return {"output": state.outputs[step]}
+        if step in state.failed:  # failed for good before: the same answer again
+            failed = [e for e in journal if e.kind == ev.STEP_FAILED and e.step_id == step]
+            return {"error": dict(failed[-1].data.get("error") or {})}
+        return vm, run, journal, state
+
+    async def _waited(
+        self, vm: Vm, step: str, body: dict[str, Any], request: dict[str, Any]
+    ) -> dict[str, Any]:
+        async with self._run_lock(vm.run_id):
+            opened = await self._opening(vm, step, body)
+            if isinstance(opened, dict):
+                return opened
+            vm, run, _, state = opened
+            started = await self._open_wait(vm, run, step, state, request)
+            if isinstance(started, dict):
+                return started  # it failed at once (a sub-agent that cannot start)
+        return await self._resolve(vm, step, *started)
+
+    async def _open_wait(
+        self, vm: Vm, run: Run, step: str, state: RunState, request: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]] | dict[str, Any]:
+        """Journal a wait's start as an in-process code agent does (``step_started``, then
+        ``step_waiting``), or find it journaled: its attempt and wait data, or the step's
+        error when it failed at once. Called holding the run's lock."""
+        wait = calls.prepare_wait(
+            request, run=run, store=self.store, app=self.app, on_queued=self.on_queued
+        )
+        found = state.waiting.get(step)
+        attempt = state.attempts.get(step)
+        if found is not None and attempt is not None:
+            return attempt, found  # the VM that started the wait was lost: wait on
+        if attempt is None:
+            attempt = 1
+            await self._step(vm, ev.STEP_STARTED, step, attempt, wait.started, held=True)
+        try:
+            data = await wait.make(step, attempt)
+        except StepError as exc:
+            error = exc.to_json()
+            await self._step(vm, ev.STEP_FAILED, step, attempt, {"error": error}, held=True)
+            return {"error": error}
+        await self._step(vm, ev.STEP_WAITING, step, attempt, data, held=True)
+        return attempt, data
+
+    async def _resolve(
+        self, vm: Vm, step: str, attempt: int, wait: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Wait (the VM waits with it) until the wait resolves, as an in-process one would
+        (a decision, the child run's end, the due time), then journal ``step_resumed`` and
+        the step's output or failure. A VM that stops being the run's live one ends it."""
+        every = WAIT_POLL[0]
+        while (found := await resolved(self.store, vm.run_id, step, wait)) is None:
+            await self._live(vm)  # Conflict once the VM is lost or replaced
+            due = wait.get("dueAt")
+            left = every if due is None else max(0.0, min(every, due / 1000 - time.time()))
+            await asyncio.sleep(left)
+            every = min(every * 1.5, WAIT_POLL[1])
+        data, outcome = found
+        async with self._run_lock(vm.run_id):
+            live = await self._live(vm)
+            w = await writer(self.store, vm.run_id)
+            events = [w.event(ev.STEP_RESUMED, data, step_id=step, attempt=attempt)]
+            if isinstance(outcome, StepError):
+                error = outcome.to_json()
+                failed = w.event(ev.STEP_FAILED, {"error": error}, step_id=step, attempt=attempt)
+                events.append(failed)
+                await self.commit(live, events, None)
+                return {"error": error}
+            output = json.loads(dumps(outcome))
+            events.append(w.completed(step, attempt, output))
+            await self.commit(live, events, None)
+            return {"output": output}
+
     async def _step(
         self,
         vm: Vm,
@@ -218,7 +313,15 @@ class Relay:
         first VM: nothing it asks for was journaled before it)."""
         if not vm.resume:
             return None
-        return list(fold(await self.store.events(vm.run_id)).attempts)
+        found = self._orders.get(vm.vm_id)
+        if found is None:
+            # Read once per VM: what its predecessors journaled cannot change any more (their
+            # reports are refused), and the steps this VM adds come after it.
+            found = list(fold(await self.store.events(vm.run_id)).attempts)
+            self._orders[vm.vm_id] = found
+            while len(self._orders) > MAX_ORDERS:
+                self._orders.popitem(last=False)
+        return found
 
     async def report(self, vm: Vm, entries: list[Any]) -> int:
         """Journal a batch of reports from ``vm``; the number of events written."""
@@ -300,6 +403,7 @@ class Relay:
             placed = (datetime.now(UTC) - vm.created_at).total_seconds()
             metrics.VM_START.labels(vm.driver).observe(placed)
         if ending is not None:
+            self._orders.pop(vm.vm_id, None)
             await self.store.end_vm(vm.vm_id, ending[0], ending[1], ending[2])  # type: ignore[arg-type]
             metrics.VM_ENDS.labels(ending[1]).inc()
         if update is not None and self.finished is not None:
@@ -332,6 +436,7 @@ class Relay:
         data = vm_data(vm, exitCode=None, reason=determinism.NONDETERMINISM)
         events = [w.event(ev.VM_TERMINATED, data), w.event(ev.RUN_FAILED, {"error": error})]
         await self.commit(vm, events, RunUpdate("failed", error=error))
+        self._orders.pop(vm.vm_id, None)
         if await self.store.end_vm(vm.vm_id, "terminated", determinism.NONDETERMINISM, None):
             metrics.VM_ENDS.labels(determinism.NONDETERMINISM).inc()
         if self.finished is not None:

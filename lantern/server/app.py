@@ -19,6 +19,7 @@ from lantern.app import App
 from lantern.config import Settings
 from lantern.effects.egress import EgressPolicy
 from lantern.engine.worker import Worker
+from lantern.models.registry import Models
 from lantern.observability import tracing
 from lantern.receipts.issue import open_issuer
 from lantern.runtime.relay import Relay
@@ -48,7 +49,9 @@ from lantern.store.base import open_store
 def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
-        tracing.configure(settings.worker_id)
+        tracing.configure(settings.worker_id, settings.trace_export)
+        # Checked by `lantern serve` before it starts: a broken setting does not get here.
+        models = Models.from_settings(settings.models)
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
@@ -59,16 +62,15 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             lease_ttl=settings.lease_ttl,
             listeners=tools.commit_listeners,
         )
-        api.state.runtime = (
-            scheduler,
-            Relay(
-                store,
-                listeners=tools.commit_listeners,
-                finished=issuer.after_finish,
-                patience=settings.lease_ttl,
-                app=tools,
-            ),
+        relay = Relay(
+            store,
+            listeners=tools.commit_listeners,
+            finished=issuer.after_finish,
+            patience=settings.lease_ttl,
+            app=tools,
+            models=models,
         )
+        api.state.runtime = (scheduler, relay)
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
         worker = Worker(
             store,
@@ -83,7 +85,10 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             egress=EgressPolicy.parse(settings.egress_allow),
             vault=vault,
             microvm=scheduler.adopt,
+            models=models,
+            tool_threads=settings.tool_threads,
         )
+        relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
         async with worker:
             api.state.services = Services(
                 store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
@@ -98,6 +103,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
                 await worker.stop(grace)
                 await serving
                 await scheduling
+        await models.aclose()  # the model providers' SDK clients
         await tools.aclose()  # the MCP servers this process started
         await store.close()
         tracing.shutdown()  # flushes the spans still batched

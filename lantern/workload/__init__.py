@@ -8,6 +8,13 @@ reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.main`; a workloa
 
 from __future__ import annotations
 
-from lantern.workload.context import Context, ModelReply, StepFailed, Unsupported, resumed
+from lantern.workload.context import (
+    Approval,
+    Context,
+    ModelReply,
+    StepFailed,
+    Unsupported,
+    resumed,
+)
 
-__all__ = ["Context", "ModelReply", "StepFailed", "Unsupported", "resumed"]
+__all__ = ["Approval", "Context", "ModelReply", "StepFailed", "Unsupported", "resumed"]

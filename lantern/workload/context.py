@@ -11,8 +11,9 @@ the journal's order (a different name there fails the run with ``nondeterminism`
 ``ctx.model`` and ``ctx.tool`` cross the channel: the VM has no network and no keys, so the
 control plane performs the model call (with its provider keys, through its model layer) or
 runs the tool registered on its ``App``, as a journaled step, and answers with the step's
-output. ``ctx.approval`` and ``ctx.run_agent`` park a run, which a VM cannot do yet: they
-raise :class:`Unsupported`; ``ctx.sleep`` sleeps in place inside the VM.
+output. ``ctx.approval``, ``ctx.run_agent`` and ``ctx.sleep`` cross it too: the control plane
+journals the wait as for an in-process agent and answers when it resolves; the VM waits for
+the answer where an in-process run would park.
 """
 
 from __future__ import annotations
@@ -54,8 +55,20 @@ class StepFailed(Exception):
 
 
 class Unsupported(Exception):
-    """A Context method that parks the run (an approval, a sub-agent's run), which a workload
-    inside a microVM cannot do yet."""
+    """A Context property read where it means nothing (``idempotency_key`` outside a step)."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The decision at an approval step (``lantern.Approval``'s fields)."""
+
+    decision: str  # "approved" or "rejected"
+    by: str | None = None
+    comment: str | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.decision == "approved"
 
 
 @dataclass(frozen=True)
@@ -189,13 +202,16 @@ class Context:
         return await self.step(name, dispatch)
 
     async def sleep(self, name: str, *, seconds: float) -> None:
-        """A timer step. Inside a VM it sleeps in place (the VM keeps running): a resumed VM
-        whose timer had completed does not sleep again."""
-        await self.step(name, asyncio.sleep, seconds)
+        """A durable timer: its due time is journaled, so a VM resumed mid-sleep waits out
+        the rest only, and one resumed after it does not sleep again. The VM waits (holding
+        its slot) where an in-process run would park."""
+        await self._remote(name, {"kind": "sleep", "seconds": seconds})
 
     async def sleep_until(self, name: str, when: datetime) -> None:
         """``sleep`` until an aware ``datetime``."""
-        await self.step(name, _sleep_until, when.timestamp())
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise ValueError(f"ctx.sleep_until({name!r}): when must be an aware datetime")
+        await self._remote(name, {"kind": "sleep", "dueAt": int(when.timestamp() * 1000)})
 
     async def model(
         self,
@@ -229,11 +245,31 @@ class Context:
         """A tool registered on the control plane's App, run there as a step."""
         return await self._remote(name, {"kind": "tool", "tool": name, "args": args})
 
-    async def approval(self, name: str, **kwargs: Any) -> Any:
-        raise Unsupported(_PARKS.format(call="ctx.approval", name=name))
+    async def approval(
+        self,
+        name: str,
+        *,
+        prompt: str = "",
+        assignees: Sequence[str] = (),
+        timeout_ms: int | None = None,
+        on_timeout: str = "reject",
+    ) -> Approval:
+        """Wait for a decision (``POST /v1/runs/{id}/approvals/{name}``), or the timeout's.
+        The VM waits for it where an in-process run would park."""
+        request = {
+            "kind": "approval",
+            "prompt": prompt,
+            "assignees": list(assignees),
+            "timeoutMs": timeout_ms,
+            "onTimeout": on_timeout,
+        }
+        answer = await self._remote(name, request)
+        return Approval(answer.get("decision", "rejected"), answer.get("by"), answer.get("comment"))
 
-    async def run_agent(self, name: str, input: Any = None) -> Any:
-        raise Unsupported(_PARKS.format(call="ctx.run_agent", name=name))
+    async def run_agent(self, name: str, input: Any) -> Any:
+        """Start the agent ``name`` as a child run (a deterministic id) and wait for its end:
+        its output, or ``StepFailed`` when it did not succeed."""
+        return await self._remote(name, {"kind": "run_agent", "agentName": name, "input": input})
 
     # -- inside ----------------------------------------------------------------------------
 
@@ -261,7 +297,11 @@ class Context:
         step_id, position = self._name(name)
         if self._served(step_id, position):
             return self._completed[step_id]
-        answer = self._channel.ask("call", stepId=step_id, position=position, call=request)
+        # On a thread: a model call or a wait takes a while, and the workload's other tasks
+        # (pure computation; steps' reports wait for the channel) go on meanwhile.
+        answer = await asyncio.to_thread(
+            self._channel.ask, "call", stepId=step_id, position=position, call=request
+        )
         if "error" in answer:
             error = answer["error"]
             raise StepFailed(f"step {step_id!r} failed: {error.get('message', error)}")
@@ -293,16 +333,6 @@ class Context:
             )
             result = await asyncio.wait_for(result, remaining)
         return result
-
-
-_PARKS = (
-    "{call}({name!r}) is not supported inside a microVM workload yet: it parks the run, which"
-    " a VM cannot do; run this agent in-process (without a runtime block) to use it"
-)
-
-
-def _sleep_until(at: float) -> None:
-    time.sleep(max(0.0, at - time.time()))
 
 
 class BlockingContext:

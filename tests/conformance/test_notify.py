@@ -13,7 +13,7 @@ import pytest
 from lantern.engine.journal import EventWriter
 from lantern.store import Append, RunUpdate, Store, open_store
 from lantern.store.notify import Notifier
-from tests.conformance.test_store import new_run
+from tests.conformance.helpers import new_run
 
 
 async def _started(store: Store) -> tuple[str, EventWriter, object]:

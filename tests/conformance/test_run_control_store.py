@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from lantern.engine.runs import create_run
 from lantern.store import Append, RunUpdate, Store
 from lantern.store.records import Decision
-from tests.conformance.test_store import ev, new_run
+from tests.conformance.helpers import ev, new_run
 
 
 async def test_a_parked_run_holds_no_lease_and_is_claimed_once_woken(store: Store) -> None:

@@ -15,7 +15,7 @@ import pytest
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
-from lantern.models import registry
+from lantern.models import router
 from lantern.store import Event, Run, Store
 from tests.crash.processes import Serve
 from tests.crash.test_sigkill import wait_for_status
@@ -175,12 +175,9 @@ async def reference_run(
     for name, value in fake.env().items():
         monkeypatch.setenv(name, value)
     run = await create_run(store, "helper", message)
-    try:
-        async with Worker(store, app, worker_id="reference", lease_ttl=60) as w:
-            assert w.runner is not None
-            done = await w.runner.drive(run.id)
-    finally:
-        await registry.default().aclose()
+    async with Worker(store, app, worker_id="reference", lease_ttl=60) as w:
+        assert w.runner is not None
+        done = await w.runner.drive(run.id)
     assert done is not None
     stored = await store.get_run(run.id)  # with the usage the database summed
     assert stored is not None
@@ -295,11 +292,11 @@ async def test_budget_gate_after_a_crash_counts_what_was_spent_before_it(
 
 
 async def test_router_falls_back_on_503_and_a_replay_uses_the_journaled_choice(
-    store: Store, tmp_path: Path, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    store: Store, tmp_path: Path, fake: FakeProvider
 ) -> None:
     routes = json.dumps({"cheap-then-strong": ["gpt-4o-mini", "claude-haiku-4-5"]})
-    monkeypatch.setenv("LANTERN_MODEL_ROUTES", routes)  # validation knows the route
-    await apply_agent(store, drafting("routed", "route:cheap-then-strong"))
+    known = router.configured(routes, None)  # validation knows the route
+    await apply_agent(store, drafting("routed", "route:cheap-then-strong"), routes=known)
     fake.fail("gpt-4o-mini", 503)
     run = await create_run(store, "routed", {"name": "Ada"})
     await crash_at(store, tmp_path, fake, "step_completed:draft", LANTERN_MODEL_ROUTES=routes)

@@ -9,7 +9,7 @@ import pytest
 from lantern.engine.journal import EventWriter
 from lantern.errors import StoreError
 from lantern.store import Append, RunUpdate, Store
-from tests.conformance.test_store import new_run
+from tests.conformance.helpers import new_run
 
 
 async def test_an_append_sent_twice_lands_once(store: Store) -> None:

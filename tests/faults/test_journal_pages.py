@@ -14,7 +14,7 @@ from lantern.engine.journal import EventWriter
 from lantern.store import Append, Store
 from lantern.store.postgres import journal as pg_journal
 from lantern.store.sqlite import journal as sqlite_journal
-from tests.conformance.test_store import new_run
+from tests.conformance.helpers import new_run
 
 EVENTS = 10_000
 PAGE = 500

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -172,3 +173,45 @@ def test_lantern_itself_does_not_import_pydantic_ai() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_transient_model_error_is_retried_and_a_bad_request_is_not(store: Store) -> None:
+    statuses = {"flaky": [503], "refused": [400, 400, 400]}
+    seen: dict[str, int] = {"flaky": 0, "refused": 0}
+
+    def model_of(name: str) -> FunctionModel:
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            seen[name] += 1
+            if statuses[name]:
+                raise ModelHTTPError(statuses[name].pop(0), "function", {"error": "no"})
+            return ModelResponse(parts=[TextPart("fine")])
+
+        return FunctionModel(model)
+
+    app = lantern.App()
+
+    def register(name: str) -> None:
+        agent = Agent(model_of(name), name=name)
+
+        @app.agent(name)
+        async def run_it(ctx: lantern.Context) -> str:
+            return (await durable(agent).run(ctx, "hi")).output
+
+    for name in statuses:
+        register(name)
+
+    flaky = await create_run(store, "flaky", None, app=app)
+    done = await drive(store, app, flaky.id)
+    assert done.status == "succeeded", done.error
+    assert done.output == "fine" and seen["flaky"] == 2
+    (retry,) = [e for e in await store.events(flaky.id) if e.kind == "step_retrying"]
+    assert retry.step_id == "flaky.model" and retry.data["error"]["class"] == "llm"
+
+    refused = await create_run(store, "refused", None, app=app)
+    done = await drive(store, app, refused.id)
+    assert done.status == "failed" and seen["refused"] == 1  # a 400 is not tried again
+    (failed,) = [e for e in await store.events(refused.id) if e.kind == "step_failed"]
+    error = failed.data["error"]
+    assert (error["class"], error["retryable"]) == ("llm", False), error
+    assert "status_code: 400" in error["message"]

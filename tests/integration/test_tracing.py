@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import StatusCode
 
 import lantern
+from lantern import config
 from lantern.demo.receiver import Receiver
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
@@ -233,10 +234,14 @@ async def test_with_tracing_off_nothing_is_traced_or_propagated(
 
 
 def test_export_is_configured_only_by_the_otlp_endpoint() -> None:
-    assert tracing.configure("w1", env={}) is False
+    assert config.Settings.from_env({}).trace_export is False
+    assert tracing.configure("w1", config.trace_export({})) is False
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
-    assert tracing.configure("w1", env={**endpoint, "OTEL_SDK_DISABLED": "true"}) is False
+    disabled = {**endpoint, "OTEL_SDK_DISABLED": "true"}
+    assert tracing.configure("w1", config.trace_export(disabled)) is False
     assert not tracing.enabled()
+    assert config.trace_export(endpoint) is True
+    assert config.trace_export({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9"})
 
 
 def test_the_service_is_lantern_unless_the_environment_names_it(

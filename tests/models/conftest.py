@@ -4,11 +4,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from lantern.models import registry
+from lantern.models.registry import Models
 
 
-@pytest.fixture(autouse=True)
-async def close_model_clients() -> AsyncIterator[None]:
-    """In-process runs share the process's SDK clients; close them with the test's loop."""
-    yield
-    await registry.default().aclose()
+@pytest.fixture
+async def models() -> AsyncIterator[Models]:
+    """A model registry of the test's own (no routes, the shipped prices), its SDK clients
+    closed with the test's loop."""
+    found = Models()
+    yield found
+    await found.aclose()

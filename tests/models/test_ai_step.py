@@ -140,13 +140,16 @@ async def test_a_4xx_is_not_retryable_and_keeps_the_provider_message(
     assert "400" in run.error["message"] and "fake 400" in run.error["message"]
 
 
-def test_unknown_models_and_routes_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_models_and_routes_fail_validation() -> None:
+    from lantern.config import ModelSettings
     from lantern.engine.graph import parse_agent
+    from lantern.models.registry import Models
 
-    monkeypatch.setenv("LANTERN_MODEL_ROUTES", '{"cheap": ["gpt-4o-mini", "claude-haiku-4-5"]}')
-    parse_agent(agent("ok", model="route:cheap"))
+    env = {"LANTERN_MODEL_ROUTES": '{"cheap": ["gpt-4o-mini", "claude-haiku-4-5"]}'}
+    routes = Models.from_settings(ModelSettings.from_env(env)).routes
+    parse_agent(agent("ok", model="route:cheap"), routes)
     with pytest.raises(DefinitionError) as info:
-        parse_agent(agent("bad", model="route:nope", temperature=5, maxTokens=0))
+        parse_agent(agent("bad", model="route:nope", temperature=5, maxTokens=0), routes)
     text = str(info.value)
     assert "unknown model route 'nope'" in text and "cheap" in text
     assert "temperature must be from 0 to 2" in text and "maxTokens must be a positive" in text

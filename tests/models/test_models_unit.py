@@ -26,13 +26,13 @@ def test_an_unknown_model_counts_tokens_only_and_says_so() -> None:
 
 
 def test_routes_come_from_configuration() -> None:
-    routes = router.routes_from_env({"LANTERN_MODEL_ROUTES": '{"r": ["gpt-4o-mini", "x"]}'})
+    routes = router.configured('{"r": ["gpt-4o-mini", "x"]}', None)
     assert router.candidates("route:r", routes) == ("gpt-4o-mini", "x")
     assert router.candidates("gpt-4o", routes) == ("gpt-4o",)
     with pytest.raises(UsageError, match="unknown model route 'q'"):
         router.candidates("route:q", routes)
     with pytest.raises(UsageError, match="non-empty list"):
-        router.routes_from_env({"LANTERN_MODEL_ROUTES": '{"r": []}'})
+        router.configured('{"r": []}', None)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import lantern
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
-from lantern.models import registry
+from lantern.models.registry import Models
 from lantern.store import Store
 from tests.fake_llm import FakeProvider, Script
 
@@ -225,7 +225,7 @@ async def test_a_normal_plain_agent_raises_no_anomaly(store: Store, fake: FakePr
 
 
 async def test_timeout_ms_limits_a_tool_call_and_the_model_hears_of_it(
-    store: Store, fake: FakeProvider
+    store: Store, fake: FakeProvider, models: Models
 ) -> None:
     fake.script = Script([[("slow", {})], "It timed out."])
     a = lantern.App()
@@ -235,11 +235,11 @@ async def test_timeout_ms_limits_a_tool_call_and_the_model_hears_of_it(
         await asyncio.sleep(30)
         return "too late"
 
-    registry.default().provider("gpt-4o-mini")  # the SDK's import is not the turn's time
+    models.provider("gpt-4o-mini")  # the SDK's import is not the turn's time
     definition = {"name": "hasty", "model": "gpt-4o-mini", "tools": ["slow"], "timeoutMs": 2000}
     await apply_agent(store, definition)
     run = await create_run(store, "hasty", "Go")
-    async with Worker(store, a, worker_id="w1", lease_ttl=60) as w:
+    async with Worker(store, a, worker_id="w1", lease_ttl=60, models=models) as w:
         assert w.runner is not None
         async with asyncio.timeout(20):
             await w.runner.drive(run.id)

@@ -10,9 +10,11 @@ import httpx
 import pytest
 
 import lantern
+from lantern.config import ModelSettings
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
+from lantern.models.registry import Models
 from lantern.nodes import StepContext, ai_step
 from lantern.nodes.base import Node
 from lantern.store import Store
@@ -55,7 +57,9 @@ def test_usage_on_the_run_over_the_api_and_in_runs_show(api_server: Server) -> N
     assert "usage: 1 model call(s), 3 input and 3 output tokens" in shown.stdout
 
 
-async def drive(store: Store, definition: dict[str, Any], input: Any) -> Any:
+async def drive(
+    store: Store, definition: dict[str, Any], input: Any, models: Models | None = None
+) -> Any:
     app = lantern.App()
 
     @app.tool("noop")
@@ -69,7 +73,7 @@ async def drive(store: Store, definition: dict[str, Any], input: Any) -> Any:
 
     await apply_agent(store, definition)
     run = await create_run(store, definition["name"], input)
-    async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+    async with Worker(store, app, worker_id="w1", lease_ttl=60, models=models) as w:
         assert w.runner is not None
         await w.runner.drive(run.id)
     return await store.get_run(run.id)
@@ -94,13 +98,12 @@ async def test_a_plain_agent_over_its_token_budget_fails_before_the_call(
     assert run.usage.model_calls == 1 and run.usage.tokens == 25
 
 
-async def test_a_workspace_budget_counts_the_workspaces_runs(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("LANTERN_WORKSPACE_BUDGETS", '{"default": {"maxTokens": 10}}')
-    first = await drive(store, offline_draft("frugal"), {"name": "Ada"})
-    second = await drive(store, offline_draft("frugal"), {"name": "Ada"})
-    third = await drive(store, offline_draft("frugal"), {"name": "Ada"})
+async def test_a_workspace_budget_counts_the_workspaces_runs(store: Store) -> None:
+    env = {"LANTERN_WORKSPACE_BUDGETS": '{"default": {"maxTokens": 10}}'}
+    models = Models.from_settings(ModelSettings.from_env(env))
+    first = await drive(store, offline_draft("frugal"), {"name": "Ada"}, models)
+    second = await drive(store, offline_draft("frugal"), {"name": "Ada"}, models)
+    third = await drive(store, offline_draft("frugal"), {"name": "Ada"}, models)
     assert [r.status for r in (first, second, third)] == ["succeeded", "succeeded", "failed"]
     assert third.error["code"] == "budget_exceeded"
     assert "workspace 'default' (this month) has used 12 tokens" in third.error["message"]
@@ -108,7 +111,7 @@ async def test_a_workspace_budget_counts_the_workspaces_runs(
 
 
 async def test_the_key_is_the_step_attempts_and_differs_across_attempts(
-    store: Store, fake: FakeProvider
+    store: Store, fake: FakeProvider, models: Models
 ) -> None:
     node = Node("draft", "ai-step", MappingProxyType({"model": "gpt-4o-mini", "prompt": "Hi"}))
     for attempt in (1, 2, 2):
@@ -123,6 +126,7 @@ async def test_the_key_is_the_step_attempts_and_differs_across_attempts(
             http=None,
             deliveries=None,  # type: ignore[arg-type]
             signing_secrets=None,  # type: ignore[arg-type]
+            models=models,
         )
         assert (await ai_step.execute(ctx))["text"] == "Hello."
     keys = fake.keys()
@@ -131,7 +135,9 @@ async def test_the_key_is_the_step_attempts_and_differs_across_attempts(
 
 
 @pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-haiku-4-5"])
-async def test_a_provider_request_carries_the_current_trace(fake: FakeProvider, model: str) -> None:
+async def test_a_provider_request_carries_the_current_trace(
+    fake: FakeProvider, model: str, models: Models
+) -> None:
     from opentelemetry import trace
 
     span = trace.NonRecordingSpan(
@@ -154,6 +160,7 @@ async def test_a_provider_request_carries_the_current_trace(fake: FakeProvider, 
         http=None,
         deliveries=None,  # type: ignore[arg-type]
         signing_secrets=None,  # type: ignore[arg-type]
+        models=models,
     )
     from opentelemetry.sdk.trace import TracerProvider
 

@@ -10,7 +10,7 @@ from lantern.engine.journal import EventWriter
 from lantern.errors import LeaseLost
 from lantern.store import Append, RunUpdate, Store
 from lantern.store.records import RunUsage
-from tests.conformance.test_store import new_run
+from tests.conformance.helpers import new_run
 
 USAGE = {"inputTokens": 100, "outputTokens": 20, "costUsd": 0.00125, "modelCalls": 1}
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from lantern.ids import idempotency_key
+from lantern.ids import child_run_id, idempotency_key
 from tests.conftest import sqlite_url
 from tests.fake_llm import FakeProvider, Script
 from tests.runtime.cluster import Cluster
@@ -75,17 +76,49 @@ def test_a_plain_def_workload_gets_a_blocking_ctx_model(shared: Cluster) -> None
     assert run["output"] == {"text": "Otters hold hands while they sleep."}
 
 
-def test_a_call_a_vm_cannot_make_yet_fails_the_run_with_one_clear_error(shared: Cluster) -> None:
+NOOP = {
+    "name": "noop",
+    "graph": {
+        "nodes": [
+            {"id": "start", "type": "trigger"},
+            {"id": "t", "type": "tool", "data": {"tool": "noop", "args": {"x": "{{ input.x }}"}}},
+        ],
+        "edges": [{"source": "start", "target": "t"}],
+    },
+}
+
+
+def test_waits_in_a_vm_are_journaled_as_in_process_and_resolved_by_the_control_plane(
+    shared: Cluster,
+) -> None:
+    shared.ok("PUT", "/v1/agents/noop", json=NOOP)
     shared.agent("approves", "jobs:approves")
-    run = shared.finished(shared.start_run("approves", {}))
-    assert run["status"] == "failed"
-    assert run["error"]["code"] == "workload_failed"
-    assert (
-        "ctx.approval('publish') is not supported inside a microVM workload yet"
-        in run["error"]["message"]
+    run_id = shared.start_run("approves", {})
+
+    def pending() -> bool:
+        """the approval is pending"""
+        items = shared.ok("GET", "/v1/approvals")["items"]
+        return any(a["runId"] == run_id and a["nodeId"] == "publish" for a in items)
+
+    shared.wait_for(pending, 60)
+    assert shared.ok("GET", f"/v1/runs/{run_id}")["status"] == "running"  # the VM waits
+    decided = shared.api(
+        "POST", f"/v1/runs/{run_id}/approvals/publish", json={"decision": "approve"}
     )
-    [vm] = shared.vms(run["id"])
-    assert vm["state"] == "exited"  # the workload's own end: not resumed
+    assert decided.status_code == 202, decided.text
+    run = shared.finished(run_id)
+    assert run["status"] == "succeeded", run
+    child = shared.ok("GET", f"/v1/runs/{child_run_id(run_id, 'noop', 1)}")
+    assert (child["status"], child["parentRunId"]) == ("succeeded", run_id)
+    assert run["output"] == {"approved": True, "by": run["output"]["by"], "child": child["output"]}
+    assert run["output"]["by"].startswith("key:")
+    found = [(e["kind"], e["stepId"]) for e in shared.events(run_id) if e["stepId"]]
+    for step in ("cool-down", "publish", "noop"):
+        assert [k for k, s in found if s == step] == [
+            "step_started", "step_waiting", "step_resumed", "step_completed",
+        ]  # fmt: skip
+    [vm] = shared.vms(run_id)
+    assert (vm["state"], vm["reason"]) == ("exited", "exited")
 
 
 FIRST = """
@@ -140,5 +173,43 @@ def test_a_resumed_workload_asking_for_other_steps_fails_with_nondeterminism(
         assert ("step_started", "b") not in found  # nothing of the changed code journaled
         assert found.count(("step_completed", "a")) == 1
         assert len(cluster.vms(run_id)) == 2  # a failed run is not resumed again
+    finally:
+        cluster.close()
+
+
+def test_a_vm_lost_mid_sleep_is_resumed_and_keeps_the_journaled_due_time(
+    tmp_path: Path,
+) -> None:
+    working("sandbox")
+    cluster = Cluster(sqlite_url(tmp_path), tmp_path).serve()
+    try:
+        nodes = {n: cluster.node(n) for n in ("n1", "n2")}
+        cluster.agent("naps", "jobs:naps")
+        run_id = cluster.start_run("naps", {"seconds": 5})
+
+        def napping() -> bool:
+            """the timer is journaled"""
+            return ("step_waiting", "nap") in kinds(cluster.events(run_id))
+
+        cluster.wait_for(napping)
+        [first] = cluster.vms(run_id)
+        nodes[first["nodeId"]].signal(signal.SIGKILL)
+        run = cluster.finished(run_id)
+        assert run["status"] == "succeeded", run
+        assert run["output"]["resumed"] is True
+        lost, resumed = cluster.vms(run_id)
+        assert lost["reason"] == "node_lost" and resumed["nodeId"] != lost["nodeId"]
+        events = cluster.events(run_id)
+        nap = [e for e in events if e["stepId"] == "nap"]
+        assert [e["kind"] for e in nap] == [
+            "step_started", "step_waiting", "step_resumed", "step_completed",
+        ]  # fmt: skip
+        due = nap[1]["data"]["dueAt"] / 1000
+        assert nap[2]["data"] == {"dueAt": nap[1]["data"]["dueAt"]}
+        # Woken at the due time the first VM journaled (or at once, when the resume came
+        # after it), not a whole 5 s nap after the resumed VM started.
+        started = [e for e in events if e["kind"] == "vm_started"][-1]
+        back = datetime.fromisoformat(started["at"]).timestamp()
+        assert due <= run["output"]["woke"] < max(due, back) + 3.5
     finally:
         cluster.close()

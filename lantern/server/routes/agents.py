@@ -33,7 +33,11 @@ async def put(
     if name in s.worker.app.agents:
         raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
     agent = await apply_agent(
-        s.store, definition, key.workspace, knows_tool=s.knows_tool(key.workspace)
+        s.store,
+        definition,
+        key.workspace,
+        knows_tool=s.knows_tool(key.workspace),
+        routes=s.worker.models.routes,
     )
     return agent_json(agent)
 

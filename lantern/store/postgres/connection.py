@@ -123,10 +123,12 @@ class PostgresConnection:
             raise unavailable(exc) from exc
 
     async def _fetchall(
-        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = (), *, again: bool = False
     ) -> list[TupleRow]:
-        # A plain SELECT changes nothing, so sending it again is always safe.
-        attempts = READ_ATTEMPTS if sql.lstrip().upper().startswith("SELECT") else 1
+        # A plain SELECT changes nothing, so sending it again is always safe; so is a write
+        # the caller says lands the same however often it is sent (``again``).
+        reads = sql.lstrip().upper().startswith("SELECT")
+        attempts = READ_ATTEMPTS if reads or again else 1
         for attempt in range(1, attempts + 1):
             try:
                 async with self._connection() as conn:
@@ -135,7 +137,7 @@ class PostgresConnection:
             except StoreUnavailable as exc:
                 if attempt == attempts:
                     raise
-                log.warning("read failed (%s); trying again", exc)
+                log.warning("%s failed (%s); trying again", "read" if reads else "write", exc)
                 await asyncio.sleep(0.2 * 2**attempt)
         raise AssertionError("unreachable")
 

@@ -168,12 +168,15 @@ class Leases(PostgresConnection):
         return {r[0] for r in rows}
 
     async def release_lease(self, lease: Lease) -> None:
-        async with self._connection() as conn:
-            await conn.execute(
-                # An unfinished run's lease expires now, so the sweep hands the run on; a
-                # finished run's leaves the index of unreleased leases.
-                "UPDATE run_locks l SET expires_at = CASE WHEN r.status IN ('queued', 'running')"
-                " THEN now() ELSE 'epoch' END FROM runs r"
-                " WHERE r.id = l.run_id AND l.run_id = %s AND l.epoch = %s",
-                (lease.run_id, lease.epoch),
-            )
+        await self._fetchall(
+            # An unfinished run's lease expires now, so the sweep hands the run on; a
+            # finished run's leaves the index of unreleased leases.
+            "UPDATE run_locks l SET expires_at = CASE WHEN r.status IN ('queued', 'running')"
+            " THEN now() ELSE 'epoch' END FROM runs r"
+            " WHERE r.id = l.run_id AND l.run_id = %s AND l.epoch = %s RETURNING l.run_id",
+            (lease.run_id, lease.epoch),
+            # Sent again across a lost connection (a pooled one the server ended): fenced on
+            # the epoch, a second release changes nothing, and a release lost would leave
+            # the run held until the lease expires.
+            again=True,
+        )

@@ -77,6 +77,15 @@ def asks_plain(ctx):
 
 
 async def approves(ctx):
+    """Waits: a timer, a decision, a child run; the journal has them as in-process."""
+    await ctx.sleep("cool-down", seconds=0.2)
+    verdict = await ctx.approval("publish", prompt="Publish?")
+    child = await ctx.run_agent("noop", {"x": 5})
+    return {"approved": verdict.approved, "by": verdict.by, "child": child}
+
+
+async def naps(ctx, seconds=4.0):
+    """A durable timer: a VM lost mid-sleep is resumed and waits out the rest only."""
     await ctx.step("a", _stamp, "a")
-    await ctx.approval("publish", prompt="Publish?")
-    return "unreachable"
+    await ctx.sleep("nap", seconds=seconds)
+    return {"woke": time.time(), "resumed": resumed()}

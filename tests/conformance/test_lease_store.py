@@ -1,0 +1,91 @@
+"""LeaseStore: leases, claims, the recovery sweep and workers, on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lantern.errors import LeaseLost
+from lantern.store import Append, RunUpdate, Store
+from tests.conformance.helpers import ev, new_run
+
+
+async def test_lease_is_won_once_and_stolen_only_when_expired(store: Store) -> None:
+    run = await new_run(store)
+    first = await store.acquire_lease(run.id, "w1", ttl=60)
+    assert first is not None and first.epoch == 1
+    assert await store.acquire_lease(run.id, "w2", ttl=60) is None
+    assert await store.claim_runs("w2", 60, 10, ("queued",)) == []
+    # The same worker id takes its own lease back at once, with a new epoch.
+    again = await store.acquire_lease(run.id, "w1", ttl=0.05)
+    assert again is not None and again.epoch == 2
+    assert not await store.renew_lease(first, 60)
+    await asyncio.sleep(0.1)
+    stolen = await store.acquire_lease(run.id, "w2", ttl=60)
+    assert stolen is not None and stolen.epoch == 3
+    assert not await store.renew_lease(again, 60)
+    assert await store.renew_lease(stolen, 60)
+
+
+async def test_release_keeps_the_epoch_so_stale_writers_stay_fenced(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire_lease(run.id, "w1", ttl=60)
+    assert lease is not None
+    await store.release_lease(lease)
+    taken = await store.claim_runs("w2", 60, 10, ("queued",))
+    assert [(t.run_id, t.epoch) for t in taken] == [(run.id, 2)]
+    with pytest.raises(LeaseLost):
+        await store.append(Append(lease, (ev(1, "run_started"),)))
+    assert await store.events(run.id) == []
+
+
+async def test_claim_runs_takes_oldest_unleased_up_to_limit(store: Store) -> None:
+    runs = [await new_run(store) for _ in range(3)]
+    await store.acquire_lease(runs[0].id, "other", ttl=60)
+    won = await store.claim_runs("w1", 60, 1, ("queued",))
+    assert [w.run_id for w in won] == [runs[1].id]
+    assert await store.runs_leased_by("w1") == [runs[1].id]
+
+
+async def test_recover_orphans_steals_only_absent_or_expired_leases(store: Store) -> None:
+    runs = [await new_run(store) for _ in range(4)]
+    live = await store.acquire_lease(runs[0].id, "alive", ttl=60)
+    expired = await store.acquire_lease(runs[1].id, "dead", ttl=0.05)
+    assert live is not None and expired is not None
+    await store.append(Append(expired, (ev(1, "run_started"),), RunUpdate("running")))
+    finished = await store.acquire_lease(runs[3].id, "w", ttl=60)
+    assert finished is not None
+    await store.append(Append(finished, (ev(1, "run_failed"),), RunUpdate("failed")))
+    await asyncio.sleep(0.1)
+    found = await store.recover_orphans("sweeper", 60, 20)
+    by_run = {o.run_id: o for o in found}
+    assert set(by_run) == {runs[1].id, runs[2].id}  # not the live one, not the finished one
+    stolen = by_run[runs[1].id]
+    assert stolen.lease is not None and stolen.lease.epoch == 2
+    assert stolen.previous_worker == "dead" and stolen.expired_at is not None
+    fresh = by_run[runs[2].id]
+    assert fresh.lease is not None and fresh.previous_worker is None and fresh.expired_at is None
+    assert await store.recover_orphans("other", 60, 20) == []  # they are leased now
+    with pytest.raises(LeaseLost):
+        await store.append(Append(expired, (ev(2, "step_started", "s"),)))
+
+
+async def test_recover_orphans_takes_the_oldest_first_up_to_the_limit(store: Store) -> None:
+    runs = [await new_run(store) for _ in range(5)]
+    found = await store.recover_orphans("sweeper", 60, 2)
+    assert [o.run_id for o in found] == [runs[0].id, runs[1].id]
+
+
+async def test_workers_heartbeat_and_show_the_runs_they_hold(store: Store) -> None:
+    started = datetime.now(UTC)
+    await store.heartbeat("w1", started)
+    await store.heartbeat("w2", started)
+    run = await new_run(store)
+    assert await store.acquire_lease(run.id, "w1", ttl=60) is not None
+    await store.worker_stopped("w2")
+    workers = {w.id: w for w in await store.list_workers()}
+    assert workers["w1"].runs == (run.id,) and workers["w1"].stopped_at is None
+    assert workers["w2"].runs == () and workers["w2"].stopped_at is not None
+    assert workers["w1"].heartbeat_at >= started - timedelta(seconds=1)

@@ -1,0 +1,84 @@
+"""RunStore: agent versions, runs and their listing, idempotency conflicts, and opening the store,
+on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from lantern.errors import Conflict, StoreError
+from lantern.store import Run, Store
+from tests.conformance.helpers import DEFINITION, new_run
+
+
+async def test_agent_versions_are_immutable_and_numbered(store: Store) -> None:
+    v1 = await store.put_agent("default", "a", {**DEFINITION, "v": 1})
+    v2 = await store.put_agent("default", "a", {**DEFINITION, "v": 2})
+    assert (v1.version, v2.version) == (1, 2)
+    assert (await store.get_agent("default", "a", 1)).definition["v"] == 1  # type: ignore[union-attr]
+    assert (await store.get_agent("default", "a")).definition["v"] == 2  # type: ignore[union-attr]
+    assert await store.get_agent("default", "a", 3) is None
+    assert await store.get_agent("other", "a") is None
+    listed = await store.list_agents("default")
+    assert [(a.name, a.version) for a in listed] == [("a", 2)]
+
+
+async def test_a_run_is_pinned_to_the_version_it_started_with(store: Store) -> None:
+    run = await new_run(store)
+    await store.put_agent("default", "a", {**DEFINITION, "v": 2})
+    loaded = await store.get_run(run.id)
+    assert loaded is not None and loaded.agent_version == 1
+    assert (loaded.status, loaded.input) == ("queued", {"n": 1})
+
+
+async def test_list_runs_filters_and_pages_newest_first(store: Store) -> None:
+    ids = [(await new_run(store)).id for _ in range(5)]
+    await new_run(store, "b")
+    page1 = await store.list_runs("default", agent_name="a", limit=3)
+    page2 = await store.list_runs("default", agent_name="a", limit=3, before=page1[-1].id)
+    assert [r.id for r in page1 + page2] == sorted(ids, reverse=True)
+    assert len(await store.list_runs("default", status="queued")) == 6
+    assert await store.list_runs("default", status="running") == []
+    assert await store.list_runs("elsewhere") == []
+
+
+async def test_conflicts_are_told_apart_by_the_constraint_violated(store: Store) -> None:
+    """A reused idempotency key is a Conflict (runs_by_idempotency_key); another unique
+    violation of the same insert, a run id used twice, is a store failure, not a Conflict."""
+    first = await new_run(store)
+    again = Run(
+        id="run_" + "9" * 28,
+        workspace="default",
+        agent_name="a",
+        agent_version=0,
+        status="queued",
+        input={},
+        output=None,
+        error=None,
+        created_at=datetime.now(UTC),
+        updated_at=datetime.now(UTC),
+    )
+    await store.create_run(again, idempotency_key="k-1", request_digest="d")
+    with pytest.raises(Conflict, match="idempotency key 'k-1' was already used"):
+        await store.create_run(
+            replace(again, id="run_" + "8" * 28), idempotency_key="k-1", request_digest="d"
+        )
+    with pytest.raises(StoreError) as raised:
+        await store.create_run(replace(again, id=first.id), idempotency_key="k-2")
+    assert not isinstance(raised.value, Conflict)
+
+
+async def test_open_is_idempotent_and_reapplies_nothing(database_url: str) -> None:
+    from lantern.store import open_store
+
+    for _ in range(2):
+        s = open_store(database_url)
+        await s.open()
+        await s.put_agent("default", "a", DEFINITION)
+        await s.close()
+    s = open_store(database_url)
+    await s.open()
+    assert (await s.get_agent("default", "a")).version == 2  # type: ignore[union-attr]
+    await s.close()
