@@ -878,6 +878,8 @@ async def main() -> None:
         help="only the mass recovery: orphan counts, comma-separated (e.g. 1000,5000)",
     )
     args = parser.parse_args()
+    # It queues thousands of runs of one workspace at once, past a tenant's default quota.
+    os.environ.setdefault("LANTERN_MAX_QUEUED_RUNS", "100000")
     url = os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL)
     try:
         admin = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=5)
