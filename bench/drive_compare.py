@@ -89,7 +89,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     import lantern
     from lantern.engine.runs import apply_agent, create_run
     from lantern.engine.worker import Worker
-    from lantern.models.registry import Models
+    from lantern.models import registry
     from lantern.store import open_store
 
     app = lantern.App()
@@ -98,7 +98,13 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     async def noop() -> None:
         return None
 
-    models = Models(providers={"offline": ScriptedProvider()})  # type: ignore[dict-item]
+    # The scripted model: a build's own model registry (given to the worker), or, in a build
+    # older than that, the process-wide one every worker used.
+    given: dict[str, Any] = {}
+    if hasattr(registry, "default"):
+        registry.default()._providers["offline"] = ScriptedProvider()
+    else:
+        given["models"] = registry.Models(providers={"offline": ScriptedProvider()})
     with tempfile.TemporaryDirectory() as tmp:
         schema = None
         if backend == "sqlite":
@@ -121,7 +127,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
                 (await create_run(store, name, {"i": i} if kind == "graph" else "go")).id
                 for i in range(warmup + runs)
             ]
-            async with Worker(store, app, worker_id="bench", lease_ttl=60, models=models) as w:
+            async with Worker(store, app, worker_id="bench", lease_ttl=60, **given) as w:
                 runner = w.runner
                 assert runner is not None
                 for run_id in ids[:warmup]:
