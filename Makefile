@@ -49,7 +49,7 @@ runtime-packages:
 
 test: lint typecheck chromium runtime-packages
 	$(BIN)/python tests/pg_server.py ensure
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 -q --durations=30
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/steps.py

@@ -15,7 +15,7 @@ import importlib
 import inspect
 import re
 import textwrap
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
@@ -43,6 +43,7 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     _deliver: DeliverOnce | None = None
+    workspace: str = ""  # the run's workspace, for a tool that serves several tenants
 
     async def deliver_once(self, name: str, dispatch: Callable[[], Any]) -> Any:
         """Make the delivery ``name`` (a payment, a ticket, a post) at most once per step.
@@ -306,6 +307,9 @@ class App:
         self.agents: dict[str, CodeAgent] = {}
         self.commit_listeners: list[CommitListener] = []
         self.mcp_servers: dict[str, McpServer] = {}
+        # A tool or MCP server registered for some workspaces only: its name -> those workspaces.
+        # Elsewhere it does not exist (not "forbidden", which would tell a tenant it is there).
+        self.only_in: dict[str, frozenset[str]] = {}
 
     def mcp(
         self,
@@ -315,21 +319,44 @@ class App:
         url: str | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        workspaces: Iterable[str] | None = None,
     ) -> McpServer:
         """Make every tool of a Model Context Protocol server a tool named ``name.<tool>``:
         started with ``command`` (stdio) or reached at ``url`` (streamable HTTP), once per
-        process, on first use (see lantern.integrations.mcp)."""
+        process, on first use (see lantern.integrations.mcp). With ``workspaces``, only runs
+        of those workspaces see its tools."""
         from lantern.integrations.mcp import McpServer
 
         if name in self.mcp_servers:
             raise UsageError(f"MCP server {name!r} is registered twice")
         server = McpServer(name, command=command, url=url, env=env, cwd=cwd)
         self.mcp_servers[name] = server
+        self._restrict(name, workspaces)
         return server
 
-    async def find_tool(self, name: str) -> Tool | None:
-        """The tool ``name``; an MCP server's (``server.tool``) once the server is up. A
-        server that cannot be reached raises StepError (class ``tool``, retryable)."""
+    def _restrict(self, name: str, workspaces: Iterable[str] | None) -> None:
+        if workspaces is None:
+            return
+        if isinstance(workspaces, str):
+            raise UsageError(f"{name!r}: workspaces is a list of workspace names, not a string")
+        self.only_in[name] = frozenset(workspaces)
+
+    def serves(self, name: str, workspace: str | None) -> bool:
+        """Whether the tool ``name`` exists for runs of ``workspace`` (None: any workspace)."""
+        if workspace is None:
+            return True
+        server_name, dot, _ = name.partition(".")
+        for restricted in (name, server_name if dot else None):
+            if restricted in self.only_in and workspace not in self.only_in[restricted]:
+                return False
+        return True
+
+    async def find_tool(self, name: str, workspace: str | None = None) -> Tool | None:
+        """The tool ``name`` as runs of ``workspace`` see it; an MCP server's (``server.tool``)
+        once the server is up. A server that cannot be reached raises StepError (class
+        ``tool``, retryable)."""
+        if not self.serves(name, workspace):
+            return None
         found = self.tools.get(name)
         if found is not None:
             return found
@@ -340,20 +367,25 @@ class App:
         await self._connect(server)
         return self.tools.get(name)
 
-    def has_tool(self, name: str) -> bool:
+    def has_tool(self, name: str, workspace: str | None = None) -> bool:
         """Whether ``name`` is a registered tool or names a registered MCP server's
-        (``server.tool``), without reaching the server: whether it has that tool is known once
-        ``find_tool`` has started it."""
+        (``server.tool``), as runs of ``workspace`` see them, without reaching the server:
+        whether it has that tool is known once ``find_tool`` has started it."""
+        if not self.serves(name, workspace):
+            return False
         if name in self.tools:
             return True
         server_name, dot, rest = name.partition(".")
         return bool(dot and rest) and server_name in self.mcp_servers
 
-    async def resolve_tools(self, names: Sequence[str]) -> list[str]:
+    async def resolve_tools(self, names: Sequence[str], workspace: str | None = None) -> list[str]:
         """An agent's tool list with each ``server.*`` replaced by that MCP server's tools
-        (in the server's order); the servers named are started first."""
+        (in the server's order), leaving out what ``workspace`` is not served; the servers
+        named are started first."""
         out: list[str] = []
         for name in names:
+            if not self.serves(name, workspace):
+                continue
             server_name, dot, rest = name.partition(".")
             server = self.mcp_servers.get(server_name) if dot else None
             if server is not None:
@@ -397,7 +429,12 @@ class App:
             raise UsageError(f"agent {agent.name!r} is registered twice")
         self.agents[agent.name] = agent
 
-    def tool(self, name: str | None = None) -> Callable[[F], F]:
+    def tool(
+        self, name: str | None = None, *, workspaces: Iterable[str] | None = None
+    ) -> Callable[[F], F]:
+        """Register ``fn`` as the tool ``name`` (default: its own name); with ``workspaces``,
+        only runs of those workspaces can call it, and only their agents can name it."""
+
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
             if tool_name in self.tools:
@@ -405,6 +442,7 @@ class App:
             self.tools[tool_name] = Tool(
                 tool_name, fn, inspect.getdoc(fn) or "", _context_param(fn)
             )
+            self._restrict(tool_name, workspaces)
             return fn
 
         return register

@@ -180,9 +180,10 @@ class Conversation(Drive):
     async def _model_turn(self, key: str, on_text: OnText | None) -> dict[str, Any]:
         specs = []
         # "server.*" names every tool of an MCP server, as the server lists them now.
-        names = tools.wire_names(await self.host.app.resolve_tools(self.agent.tools))
+        workspace = self.run.workspace
+        names = tools.wire_names(await self.host.app.resolve_tools(self.agent.tools, workspace))
         for wire, name in names.items():
-            tool = await self.host.app.find_tool(name)
+            tool = await self.host.app.find_tool(name, workspace)
             if tool is None:
                 raise StepError(
                     f"tool {name!r} is not registered in this process"
@@ -223,11 +224,15 @@ class Conversation(Drive):
     async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
         """The tool's answer; a failure goes back to the model as ``{"error": ...}``, but a
         tool that cannot be reached (ToolUnavailable) fails the step."""
-        tool = await self.host.app.find_tool(action.tool) if action.tool else None
+        tool = (
+            await self.host.app.find_tool(action.tool, self.run.workspace) if action.tool else None
+        )
         if tool is None:
             return {"error": f"there is no tool {action.call.name!r}"}
         deliveries = self.deliveries(action.step, attempt)
-        context = ToolContext(self.run.id, action.step, attempt, key, deliveries.once)
+        context = ToolContext(
+            self.run.id, action.step, attempt, key, deliveries.once, self.run.workspace
+        )
         try:
             args = tools.validated(tool, dict(action.call.arguments))
             result = await asyncio.wait_for(tool.call(context, args), self.timeout)

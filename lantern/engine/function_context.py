@@ -36,6 +36,7 @@ from lantern.models import registry, tools
 from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import Message, ModelRequest, ToolCall, ToolSpec, tool_calls_json
+from lantern.models.tools import offered
 from lantern.store.codec import dumps
 
 T = TypeVar("T")
@@ -151,7 +152,7 @@ class EngineContext(Context):
                 system=system,
                 temperature=temperature,
                 max_tokens=max_tokens,
-                tools=specs,
+                tools=await offered(d.host.app, specs),
             )
             checked = gate(d.host.store, d.run, None, spent, d.host.models)
             result = await call(d.host.models, request, checked)
@@ -167,7 +168,7 @@ class EngineContext(Context):
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
         app = d.host.app
-        if not app.has_tool(name):
+        if not app.has_tool(name, d.run.workspace):
             raise UsageError(
                 f"ctx.tool({name!r}): no such tool is registered (use @app.tool or app.mcp)"
             )
@@ -179,7 +180,7 @@ class EngineContext(Context):
         async def work(a: _Attempt) -> Any:
             # An MCP server's tool is looked up inside the step: a server that is down fails
             # the step (ToolUnavailable: class tool, retryable), as in a graph.
-            found = await app.find_tool(name)
+            found = await app.find_tool(name, d.run.workspace)
             if found is None:
                 raise StepError(
                     f"tool {name!r}: its MCP server has no such tool", error_class="tool"
@@ -472,7 +473,7 @@ def _not_nested(name: str) -> None:
 def _tool_context(d: FunctionDrive, a: _Attempt) -> Any:
     from lantern.app import ToolContext
 
-    return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once)
+    return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once, d.run.workspace)
 
 
 async def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -533,16 +534,19 @@ def _messages(
     return tuple(out)
 
 
-def _tool_specs(d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
-    names = [t for t in given if isinstance(t, str)]
-    wires = {name: wire for wire, name in tools.wire_names(names).items()}
-    specs = []
+def _tool_specs(
+    d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]
+) -> tuple[str | ToolSpec, ...]:
+    """The tools a ctx.model call names, checked now; names are looked up when the step runs
+    (``tools.offered``), so a replayed step needs no MCP server started."""
+    specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            found = d.host.app.tools.get(t)
-            if found is None:
-                raise UsageError(f"ctx.model: no tool {t!r} is registered (use @app.tool)")
-            specs.append(tools.spec(found, wires[t]))
+            if not d.host.app.has_tool(t, d.run.workspace):
+                raise UsageError(
+                    f"ctx.model: no tool {t!r} is registered (use @app.tool or app.mcp)"
+                )
+            specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             specs.append(
                 ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))

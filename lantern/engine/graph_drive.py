@@ -327,6 +327,7 @@ class GraphDrive(Drive):
             start_child=functools.partial(self._start_child, step, attempt),
             on_text=self.host.live.sink(self.run.id, step, attempt),
             secrets=functools.partial(self.host.secret_values, self.run.workspace),
+            workspace=self.run.workspace,
         )
         times_itself = node.type in WAITING_TYPES or _times_itself(node)
         limit = (

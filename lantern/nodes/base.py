@@ -50,6 +50,7 @@ class StepContext:
     secrets: Callable[[], Awaitable[dict[str, str]]] | None = None
     # Where a model step sends its answer's pieces as they are generated (live text).
     on_text: Callable[[str], None] | None = None
+    workspace: str = ""  # the run's: which of the app's tools it may call
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""
@@ -65,7 +66,12 @@ class StepContext:
 
     def tool_context(self) -> ToolContext:
         return ToolContext(
-            self.run_id, self.step_id, self.attempt, self.idempotency_key, self.deliveries.once
+            self.run_id,
+            self.step_id,
+            self.attempt,
+            self.idempotency_key,
+            self.deliveries.once,
+            self.workspace,
         )
 
 

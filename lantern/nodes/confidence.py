@@ -38,7 +38,7 @@ async def gate(ctx: StepContext, prompt: str, output: dict[str, Any]) -> Noted:
         score, detail = await _self_rating(ctx, prompt, output)
     else:
         name = evaluator.removeprefix("tool:")
-        tool = ctx.app.tools.get(name)
+        tool = await ctx.app.find_tool(name, ctx.workspace)
         if tool is None:
             bypassed = {
                 "threshold": threshold,

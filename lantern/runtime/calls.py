@@ -107,7 +107,7 @@ def _model(
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
         raise UsageError("ctx.model: max_tokens must be a positive integer")
-    specs = _tool_specs(app, request.get("tools") or [])
+    specs = _tool_specs(app, request.get("tools") or [], run.workspace)
     policy = _policy(request.get("retry"), "ctx.model")
 
     async def work(attempt: int, key: str) -> Any:
@@ -118,7 +118,7 @@ def _model(
             system=system,
             temperature=temperature,
             max_tokens=max_tokens,
-            tools=specs,
+            tools=await tools.offered(app, specs),
         )
         result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
@@ -136,7 +136,7 @@ def _tool(
         raise UsageError("ctx.tool: the tool name must be a string")
     if not isinstance(args, dict):
         raise UsageError(f"ctx.tool({name!r}): the arguments must be an object")
-    if not app.has_tool(name):
+    if not app.has_tool(name, run.workspace):
         raise UsageError(
             f"ctx.tool({name!r}): no such tool is registered on the control plane's App"
             " (use @app.tool or app.mcp in the --app that lantern serve loads)"
@@ -145,7 +145,7 @@ def _tool(
     async def work(attempt: int, key: str) -> Any:
         # An MCP server's tool is looked up inside the step: a server that is down fails the
         # step (class tool, retryable), as in-process.
-        found = await app.find_tool(name)
+        found = await app.find_tool(name, run.workspace)
         if found is None:
             raise StepError(f"tool {name!r}: its MCP server has no such tool", error_class="tool")
         try:
@@ -155,7 +155,7 @@ def _tool(
             problem = f"invalid arguments for {name!r}: {message}"
             raise StepError(problem, error_class="tool") from None
         deliveries = Deliveries(store, lease, step_id=step, attempt=attempt, idempotency_key=key)
-        context = ToolContext(run.id, step, attempt, key, deliveries.once)
+        context = ToolContext(run.id, step, attempt, key, deliveries.once, run.workspace)
         return await found.call(context, checked)
 
     data = {"type": "tool", "call": {"tool": name, "args": args}}
@@ -246,20 +246,19 @@ def prepare_wait(
     raise UsageError(f"call kind {kind!r} is not a wait: use one of {', '.join(WAITS)}")
 
 
-def _tool_specs(app: App, given: Any) -> tuple[ToolSpec, ...]:
+def _tool_specs(app: App, given: Any, workspace: str) -> tuple[str | ToolSpec, ...]:
+    """The tools a ctx.model call names, checked now; names are looked up when the step runs
+    (``tools.offered``), so a replayed step needs no MCP server started."""
     if not isinstance(given, list):
         raise UsageError("ctx.model: tools must be a list")
-    names = [t for t in given if isinstance(t, str)]
-    wires = {name: wire for wire, name in tools.wire_names(names).items()}
-    specs = []
+    specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            found = app.tools.get(t)
-            if found is None:
+            if not app.has_tool(t, workspace):
                 raise UsageError(
                     f"ctx.model: no tool {t!r} is registered on the control plane's App"
                 )
-            specs.append(tools.spec(found, wires[t]))
+            specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             specs.append(
                 ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))

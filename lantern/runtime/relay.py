@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ from lantern.store.runtime import Vm
 STEP_KINDS = (ev.STEP_STARTED, ev.STEP_COMPLETED, ev.STEP_FAILED, ev.STEP_RETRYING)
 TOKEN_PREFIX = "lvm"
 MAX_STEP_ID = 200
+MAX_ORDERS = 1000  # resumed VMs whose journaled step order is kept in memory
 # Seconds between looks at a wait a VM's workload is blocked on: soon at first (a timer of a
 # second, a quick decision), then at most every second for a long wait.
 WAIT_POLL = (0.25, 1.0)
@@ -80,6 +82,7 @@ class Relay:
         self.finished = finished  # issues the receipt of a run a report finished
         self.patience = patience  # how long a commit is sent again across a database blink
         self._locks: dict[str, asyncio.Lock] = {}
+        self._orders: OrderedDict[str, list[str]] = OrderedDict()  # vm id -> order()
 
     async def authenticate(self, authorization: str | None) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one)."""
@@ -310,7 +313,15 @@ class Relay:
         first VM: nothing it asks for was journaled before it)."""
         if not vm.resume:
             return None
-        return list(fold(await self.store.events(vm.run_id)).attempts)
+        found = self._orders.get(vm.vm_id)
+        if found is None:
+            # Read once per VM: what its predecessors journaled cannot change any more (their
+            # reports are refused), and the steps this VM adds come after it.
+            found = list(fold(await self.store.events(vm.run_id)).attempts)
+            self._orders[vm.vm_id] = found
+            while len(self._orders) > MAX_ORDERS:
+                self._orders.popitem(last=False)
+        return found
 
     async def report(self, vm: Vm, entries: list[Any]) -> int:
         """Journal a batch of reports from ``vm``; the number of events written."""
@@ -392,6 +403,7 @@ class Relay:
             placed = (datetime.now(UTC) - vm.created_at).total_seconds()
             metrics.VM_START.labels(vm.driver).observe(placed)
         if ending is not None:
+            self._orders.pop(vm.vm_id, None)
             await self.store.end_vm(vm.vm_id, ending[0], ending[1], ending[2])  # type: ignore[arg-type]
             metrics.VM_ENDS.labels(ending[1]).inc()
         if update is not None and self.finished is not None:
@@ -424,6 +436,7 @@ class Relay:
         data = vm_data(vm, exitCode=None, reason=determinism.NONDETERMINISM)
         events = [w.event(ev.VM_TERMINATED, data), w.event(ev.RUN_FAILED, {"error": error})]
         await self.commit(vm, events, RunUpdate("failed", error=error))
+        self._orders.pop(vm.vm_id, None)
         if await self.store.end_vm(vm.vm_id, "terminated", determinism.NONDETERMINISM, None):
             metrics.VM_ENDS.labels(determinism.NONDETERMINISM).inc()
         if self.finished is not None:

@@ -29,12 +29,13 @@ class Services:
     limiter: Limiter
     app: App | None = None  # the user's app (--app), when the server loaded one
 
-    def knows_tool(self) -> Callable[[str], bool] | None:
-        """Whether the loaded app registers a tool, or None when no app with tools is
-        loaded (an API-only replica cannot say what the executors have)."""
-        if self.app is None or not self.app.tools:
+    def knows_tool(self, workspace: str) -> Callable[[str], bool] | None:
+        """Whether the loaded app registers a tool for ``workspace``, or None when no app
+        with tools is loaded (an API-only replica cannot say what the executors have)."""
+        app = self.app
+        if app is None or not (app.tools or app.mcp_servers):
             return None
-        return self.app.tools.__contains__
+        return lambda name: app.has_tool(name, workspace)
 
 
 def services(request: Request) -> Services:

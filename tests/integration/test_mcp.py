@@ -339,3 +339,54 @@ async def test_a_plain_agents_tool_whose_server_dies_fails_the_step_and_is_retri
         idempotency_key(run.id, step, 2),
     ]
     assert made[0]["pid"] != made[1]["pid"]  # the dead server was started again
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_ctx_model_offers_an_mcp_tool_and_its_replay_starts_no_server(
+    store: Store, tmp_path: Path, fake: FakeProvider
+) -> None:
+    fake.script = Script(["Noted."])
+    log = tmp_path / "notes.jsonl"
+    crash = {"on": True}
+
+    def crash_once() -> str:
+        if crash["on"]:
+            crash["on"] = False
+            raise Crash()
+        return "on"
+
+    def make_app() -> lantern.App:
+        app = notes_app(log)
+
+        @app.agent("asks-notes")
+        async def asks_notes(ctx: lantern.Context) -> str:
+            reply = await ctx.model("gpt-4o-mini", prompt="Note: tea", tools=["notes.add"])
+            await ctx.step("between", crash_once)
+            return reply.text
+
+        return app
+
+    first = make_app()  # a fresh process: the server is not started until the step runs
+    run = await create_run(store, "asks-notes", None, app=first)
+    try:
+        async with Worker(store, first, worker_id="w1", lease_ttl=60) as w:
+            assert w.runner is not None
+            with pytest.raises(Crash):
+                await w.runner.drive(run.id)
+    finally:
+        await first.aclose()
+    second = make_app()  # the restarted process
+    try:
+        async with Worker(store, second, worker_id="w1", lease_ttl=60) as w:
+            assert w.runner is not None
+            done = await w.runner.drive(run.id)
+    finally:
+        await second.aclose()
+    assert done.status == "succeeded", done.error
+    assert done.output == "Noted."
+    (sent,) = fake.calls()  # the model step was replayed, not sent again
+    (offered,) = [t["function"] for t in sent.body["tools"]]
+    assert offered["name"] == "notes_add"
+    assert offered["description"] == "Add a note; answers how many notes there are."
+    assert first.mcp_servers["notes"].starts == 1
+    assert second.mcp_servers["notes"].starts == 0  # the replay needed no server

@@ -36,7 +36,7 @@ async def put(
         s.store,
         definition,
         key.workspace,
-        knows_tool=s.knows_tool(),
+        knows_tool=s.knows_tool(key.workspace),
         routes=s.worker.models.routes,
     )
     return agent_json(agent)
