@@ -91,7 +91,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     import lantern
     from lantern.engine.runs import apply_agent, create_run
     from lantern.engine.worker import Worker
-    from lantern.models.registry import Models
+    from lantern.models import registry
     from lantern.store import open_store
 
     app = lantern.App()
@@ -107,7 +107,13 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
             for k in range(1, GRAPH_STEPS + 1):
                 await ctx.step(f"t{k}", noop)
 
-    models = Models(providers={"offline": ScriptedProvider()})  # type: ignore[dict-item]
+    # The scripted model: a build's own model registry (given to the worker), or, in a build
+    # older than that, the process-wide one every worker used.
+    given: dict[str, Any] = {}
+    if hasattr(registry, "default"):
+        registry.default()._providers["offline"] = ScriptedProvider()
+    else:
+        given["models"] = registry.Models(providers={"offline": ScriptedProvider()})
     with tempfile.TemporaryDirectory() as tmp:
         schema = None
         if backend == "sqlite":
@@ -133,7 +139,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
                 (await create_run(store, name, "go" if kind == "plain" else {"i": i}, app=app)).id
                 for i in range(warmup + runs)
             ]
-            async with Worker(store, app, worker_id="bench", lease_ttl=60, models=models) as w:
+            async with Worker(store, app, worker_id="bench", lease_ttl=60, **given) as w:
                 runner = w.runner
                 assert runner is not None
                 for run_id in ids[:warmup]:
