@@ -13,7 +13,9 @@ hits both alike) drives ``--runs`` sequential runs and reports
 With ``BENCH_CALLS=1`` each child instead counts the Python function calls per step under
 cProfile: a measure of the work done that a loaded machine does not disturb.
 
-The kinds: a graph agent of 10 no-op tool steps after its trigger, and a plain agent of 11
+The kinds: a graph agent of 10 no-op tool steps after its trigger, a code-first agent making
+the same 10 no-op steps as ``ctx.step`` calls (both builds must have ``App.agent``), and a
+plain agent of 11
 steps (5 model turns that each ask for the no-op tool, 5 tool calls, a last turn), its model
 a scripted in-process provider so no network or key is involved. The child imports whichever
 ``lantern`` is first on its PYTHONPATH and uses only APIs both builds have.
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("graph", "plain")
+KINDS = ("graph", "plain", "code")
 GRAPH_STEPS = 10
 PLAIN_TOOL_TURNS = 5
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -89,7 +91,7 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     import lantern
     from lantern.engine.runs import apply_agent, create_run
     from lantern.engine.worker import Worker
-    from lantern.models.registry import Models
+    from lantern.models import registry
     from lantern.store import open_store
 
     app = lantern.App()
@@ -98,7 +100,20 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     async def noop() -> None:
         return None
 
-    models = Models(providers={"offline": ScriptedProvider()})  # type: ignore[dict-item]
+    if kind == "code":
+
+        @app.agent("bench-code")
+        async def code(ctx: Any, i: int) -> None:
+            for k in range(1, GRAPH_STEPS + 1):
+                await ctx.step(f"t{k}", noop)
+
+    # The scripted model: a build's own model registry (given to the worker), or, in a build
+    # older than that, the process-wide one every worker used.
+    given: dict[str, Any] = {}
+    if hasattr(registry, "default"):
+        registry.default()._providers["offline"] = ScriptedProvider()
+    else:
+        given["models"] = registry.Models(providers={"offline": ScriptedProvider()})
     with tempfile.TemporaryDirectory() as tmp:
         schema = None
         if backend == "sqlite":
@@ -114,14 +129,17 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
         store = open_store(url)
         await store.open()
         try:
-            definition = graph_agent() if kind == "graph" else plain_agent()
-            await apply_agent(store, definition)
-            name = definition["name"]
+            if kind == "code":
+                name = "bench-code"
+            else:
+                definition = graph_agent() if kind == "graph" else plain_agent()
+                await apply_agent(store, definition)
+                name = definition["name"]
             ids = [
-                (await create_run(store, name, {"i": i} if kind == "graph" else "go")).id
+                (await create_run(store, name, "go" if kind == "plain" else {"i": i}, app=app)).id
                 for i in range(warmup + runs)
             ]
-            async with Worker(store, app, worker_id="bench", lease_ttl=60, models=models) as w:
+            async with Worker(store, app, worker_id="bench", lease_ttl=60, **given) as w:
                 runner = w.runner
                 assert runner is not None
                 for run_id in ids[:warmup]:
@@ -192,7 +210,9 @@ def pg_answers() -> bool:
         return False
 
 
-def compare(ref: str, backends: list[str], runs: int, rounds: int, warmup: int) -> None:
+def compare(
+    ref: str, backends: list[str], runs: int, rounds: int, warmup: int, kinds: list[str]
+) -> None:
     if "postgres" in backends and not pg_answers():
         print("postgres: not answering; skipped")
         backends = [b for b in backends if b != "postgres"]
@@ -208,7 +228,7 @@ def compare(ref: str, backends: list[str], runs: int, rounds: int, warmup: int) 
         for r in range(rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for backend in backends:
-                for kind in KINDS:
+                for kind in kinds:
                     for build in order:
                         result = measure(builds[build], backend, kind, runs, warmup)
                         got.setdefault((backend, kind, build), []).append(result)
@@ -217,14 +237,14 @@ def compare(ref: str, backends: list[str], runs: int, rounds: int, warmup: int) 
     if calls:  # Python function calls per step (cProfile on): a count load cannot disturb
         print("backend   kind    build    calls/step")
         for backend in backends:
-            for kind in KINDS:
+            for kind in kinds:
                 for build in ("before", "after"):
                     n = statistics.median(x["calls_per_step"] for x in got[(backend, kind, build)])
                     print(f"{backend:8}  {kind:6}  {build:6}  {n:10,.0f}")
         return
     print("backend   kind    build    µs/step   CPU µs/step   after/before (median of rounds)")
     for backend in backends:
-        for kind in KINDS:
+        for kind in kinds:
             for build in ("before", "after"):
                 rows = got[(backend, kind, build)]
                 wall = statistics.median(x["us_per_step"] for x in rows)
@@ -255,8 +275,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     p.add_argument("--warmup-runs", type=int, default=3)
     p.add_argument("--backends", default="sqlite,postgres")
+    p.add_argument("--kinds", default=",".join(KINDS), help="some of graph, plain, code")
     a = p.parse_args(argv)
-    compare(a.compare, a.backends.split(","), a.runs, a.rounds, a.warmup_runs)
+    kinds = [k for k in a.kinds.split(",") if k]
+    if not kinds or set(kinds) - set(KINDS):
+        p.error(f"--kinds: some of {', '.join(KINDS)}")
+    compare(a.compare, a.backends.split(","), a.runs, a.rounds, a.warmup_runs, kinds)
 
 
 if __name__ == "__main__":

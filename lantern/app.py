@@ -210,10 +210,14 @@ class CodeAgent:
     version: str  # a digest of the function's source, or the string given
     module: str
     blocking: bool  # a plain ``def``: run on a worker thread with a blocking Context
+    # A run's model spend limits, ``{maxUsd, maxTokens}``, as a graph or plain agent's
+    # ``budget`` (checked before each ``ctx.model`` call). Not in the hash: agents are cache
+    # keys, and the version already tells two registrations apart.
+    budget: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def definition(self) -> dict[str, Any]:
         """What the agents table stores for it, so runs pin it and every replica lists it."""
-        return {
+        stored: dict[str, Any] = {
             "name": self.name,
             "code": {
                 "version": self.version,
@@ -221,6 +225,9 @@ class CodeAgent:
                 "function": getattr(self.fn, "__qualname__", self.name),
             },
         }
+        if self.budget is not None:
+            stored["budget"] = dict(self.budget)
+        return stored
 
 
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -236,7 +243,25 @@ def source_digest(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _code_agent(name: Any, fn: Any, version: Any) -> CodeAgent:
+def _budget(name: str, budget: Any) -> dict[str, Any] | None:
+    """``budget={...}`` of ``@app.agent``: what a definition's ``budget`` block takes."""
+    if budget is None:
+        return None
+    where = f"@app.agent({name!r}, budget=...)"
+    if not isinstance(budget, Mapping) or not budget:
+        raise UsageError(f"{where}: budget is a mapping with maxUsd and/or maxTokens")
+    unknown = set(budget) - {"maxUsd", "maxTokens"}
+    if unknown:
+        raise UsageError(f"{where}: unknown budget fields {', '.join(sorted(map(str, unknown)))}")
+    usd, tokens = budget.get("maxUsd", 0), budget.get("maxTokens", 0)
+    if isinstance(usd, bool) or not isinstance(usd, int | float) or usd < 0:
+        raise UsageError(f"{where}: maxUsd must be a non-negative number")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise UsageError(f"{where}: maxTokens must be a non-negative integer")
+    return dict(budget)
+
+
+def _code_agent(name: Any, fn: Any, version: Any, budget: Any = None) -> CodeAgent:
     if not isinstance(name, str) or not AGENT_NAME.match(name):
         raise UsageError(
             f"@app.agent: the name must be a string of 1-100 letters, digits, '.', '_' or '-',"
@@ -269,6 +294,7 @@ def _code_agent(name: Any, fn: Any, version: Any) -> CodeAgent:
         version=version if version is not None else source_digest(fn),
         module=getattr(fn, "__module__", None) or "__main__",
         blocking=not inspect.iscoroutinefunction(fn),
+        budget=_budget(name, budget),
     )
 
 
@@ -408,18 +434,26 @@ class App:
         for server in self.mcp_servers.values():
             await server.close()
 
-    def agent(self, name: Any = None, *, version: str | None = None) -> Callable[[F], F]:
+    def agent(
+        self,
+        name: Any = None,
+        *,
+        version: str | None = None,
+        budget: Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
         """Register ``fn(ctx, **input)`` (``async def`` or plain ``def``) as the code-first
         agent ``name`` (default: the function's name), at ``version`` (default: a digest of
-        its source). ``@app.agent`` without parentheses works too."""
-        if callable(name) and not isinstance(name, str) and version is None:
+        its source), each run's model calls held to ``budget`` (``{"maxUsd": ...,
+        "maxTokens": ...}``, as a definition's). ``@app.agent`` without parentheses works
+        too."""
+        if callable(name) and not isinstance(name, str) and version is None and budget is None:
             fn = name
             self._add_agent(_code_agent(getattr(fn, "__name__", None), fn, None))
             return fn  # type: ignore[no-any-return]
 
         def register(fn: F) -> F:
             given = getattr(fn, "__name__", None) if name is None else name
-            self._add_agent(_code_agent(given, fn, version))
+            self._add_agent(_code_agent(given, fn, version, budget))
             return fn
 
         return register

@@ -136,6 +136,7 @@ class EngineContext(Context):
         conversation = _messages(prompt, messages)
         specs = _tool_specs(d, tools or ())
         policy = _policy(retry, f"ctx.model({name!r})")
+        budget = None if d.agent is None else d.agent.budget  # the pinned version's
 
         def spent() -> Any:
             return spent_in(
@@ -154,8 +155,15 @@ class EngineContext(Context):
                 max_tokens=max_tokens,
                 tools=await offered(d.host.app, specs),
             )
-            checked = gate(d.host.store, d.run, None, spent, d.host.models)
-            result = await call(d.host.models, request, checked)
+            # The text streams to whoever follows the run here as it is generated (never
+            # journaled); a retry's attempt starts a new buffer that replaces this one's.
+            live = d.host.live
+            on_text = live.sink(d.run.id, a.step, a.attempt)
+            checked = gate(d.host.store, d.run, budget, spent, d.host.models)
+            try:
+                result = await call(d.host.models, request, checked, on_text=on_text)
+            finally:
+                live.finished(d.run.id, a.step, a.attempt)
             output = result.output()
             output["toolCalls"] = tool_calls_json(result.response.tool_calls)
             return output

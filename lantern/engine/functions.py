@@ -42,9 +42,12 @@ from lantern.engine.drive import Drive, DriveHost
 from lantern.engine.journal import EventWriter, RunState, fold
 from lantern.errors import LeaseLost, StepError, UsageError
 from lantern.store.codec import dumps, text_problem
-from lantern.store.records import Event, Lease, NewEvent, Run, RunUpdate
+from lantern.store.records import TERMINAL, Event, Lease, NewEvent, Run, RunUpdate
 
 log = logging.getLogger("lantern.functions")
+
+# How long a new run's opening waits for the function's first step to go with it.
+OPENING_PATIENCE = 0.1
 
 FUNCTION_ERROR = "function_error"
 INVALID_INPUT = "invalid_input"
@@ -80,7 +83,9 @@ class FunctionDrive(Drive):
         self.names = determinism.StepNames()
         # Commits: events wait in ``pending`` until a caller needs them durable.
         self.pending: list[NewEvent] = []
-        self._flushing: asyncio.Future[None] | None = None
+        self._flushing: asyncio.Future[None] | None = None  # the commit in flight
+        self._waiters: list[asyncio.Future[None]] = []  # callers of durable() it will serve
+        self._soon_due = False  # a flush of step completions is scheduled
         self._durable_seq = 0
         self._soon: asyncio.Task[None] | None = None
         # Why the function must stop (any of them sets ``halt``).
@@ -94,6 +99,16 @@ class FunctionDrive(Drive):
         self.idle.set()
         self.closed = False  # the drive has ended: a Context kept past it is refused
         self._pinned = spec.version
+        # The function's task (started by ``begin`` for a new run, else by ``proceed``).
+        self._task: asyncio.Future[Any] | None = None
+        self._facade: Any = None  # a plain ``def`` agent's BlockingContext
+        self.invalid: dict[str, Any] | None = None  # the input does not fit the function
+        # The opening events and run update, not committed yet: they go with the first
+        # commit the function asks for, as a graph's opening goes with its first step.
+        self._opening: tuple[list[NewEvent], RunUpdate | None] | None = None
+        self._wants_lease: asyncio.Future[None] | None = None  # the function's first commit
+        self._leased: asyncio.Future[None] | None = None  # begin() has won the lease
+        self._open_soon: asyncio.Task[None] | None = None
 
     # -- what Drive asks of a kind of run --------------------------------------------------
 
@@ -104,11 +119,58 @@ class FunctionDrive(Drive):
         return [], None  # nothing starts before the function asks for it
 
     async def begin(self) -> Lease | None:
+        """Lease a never-started run and journal its opening in one transaction, with the
+        first step the function asks for: the function runs up to its first ``ctx`` call
+        before the lease is won (code between steps is deterministic and does nothing a
+        re-drive would not do again), so a code run's opening costs no commit of its own, as
+        a graph's first step rides with its ``run_started``."""
         if self.agent is None or self.agent.version != self._pinned:
             return None  # not ours to start: execute() under an ordinary lease leaves it
-        lease = await super().begin()
-        self._durable_seq = self.writer.seq
+        if not self._start_function():  # bad input: proceed() fails the run after the opening
+            lease = await super().begin()
+            self._durable_seq = self.writer.seq
+            return lease
+        assert self._task is not None
+        events, update = self._open(RunState())
+        self._opening = (events, update)
+        loop = asyncio.get_running_loop()
+        self._wants_lease = loop.create_future()
+        self._leased = loop.create_future()
+        try:
+            # Bounded: a function that awaits something else first opens without its step.
+            await asyncio.wait(
+                [self._task, self._wants_lease],
+                timeout=OPENING_PATIENCE,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            batch, _ = self._take()
+            lease = await self.host.store.start_run(
+                self.run.id,
+                self.host.worker_id,
+                self.host.keeper.ttl,
+                batch,
+                update or RunUpdate("running"),
+            )
+        except BaseException:
+            await self._abandon()
+            raise
+        if lease is None:  # another worker started it: this drive is dropped
+            await self._abandon()
+            return None
+        self.lease = lease
+        self._committed(batch, update)
+        self._opened = True
+        # Not writer.seq: concurrent steps may have queued more while the start was in flight.
+        self._durable_seq = batch[-1].seq
+        self._leased.set_result(None)
         return lease
+
+    async def _abandon(self) -> None:
+        self.closed = True
+        if self._leased is not None and not self._leased.done():
+            self._leased.cancel()
+        if self._task is not None:
+            await self._stop_function(self._task, self._facade)
 
     async def execute(self, lease: Lease, state: RunState | None) -> None:
         """Drive's opening, after two checks of its own: the run's version, and what the
@@ -133,14 +195,20 @@ class FunctionDrive(Drive):
                     await self._leave()
                     return
                 events, update = self._open(state)
-                await self.commit(events, update)
-                self._durable_seq = self.writer.seq
+                if update is not None and update.status in TERMINAL:
+                    await self.commit(events, update)  # recovery exhausted: nothing to run
+                    return
+                # Committed with the first step the function asks for (``durable``), or on
+                # its own after OPENING_PATIENCE, so the run never looks unstarted for long.
+                self._opening = (events, update)
+                self._open_soon = asyncio.ensure_future(self._open_later())
             if self.final is None:
                 await self.proceed()
         finally:
             self.closed = True
-            if self._soon is not None:
-                self._soon.cancel()
+            for task in (self._soon, self._open_soon):
+                if task is not None:
+                    task.cancel()
 
     def _learn(self, journal: list[Event], state: RunState) -> None:
         self.order = list(state.attempts)
@@ -173,26 +241,37 @@ class FunctionDrive(Drive):
 
     # -- the function ----------------------------------------------------------------------
 
-    async def proceed(self) -> None:
+    def _start_function(self) -> bool:
+        """Call the function (its task runs up to its first ``ctx`` call); False when the
+        run's input does not fit its signature (``invalid`` says why)."""
         assert self.agent is not None
         try:
             kwargs = code_input.arguments(self.agent, self.run.input)
         except UsageError as exc:
-            invalid = {"code": INVALID_INPUT, "message": str(exc)}
-            await self._end(lambda: self.run_failed(invalid))
-            return
+            self.invalid = {"code": INVALID_INPUT, "message": str(exc)}
+            return False
         from lantern.engine.function_context import BlockingContext, EngineContext
 
         ctx = EngineContext(self)
-        facade: BlockingContext | None = None
         work: Awaitable[Any]
         if self.agent.blocking:
-            facade = BlockingContext(ctx, asyncio.get_running_loop())
-            work = asyncio.to_thread(self.agent.fn, facade, **kwargs)
+            self._facade = BlockingContext(ctx, asyncio.get_running_loop())
+            work = asyncio.to_thread(self.agent.fn, self._facade, **kwargs)
         else:
             work = self.agent.fn(ctx, **kwargs)
-        task = asyncio.ensure_future(work)
+        self._task = task = asyncio.ensure_future(work)
         task.add_done_callback(self._returning)
+        return True
+
+    async def proceed(self) -> None:
+        if self._task is None and self.invalid is None:
+            self._start_function()
+        if self._task is None:
+            invalid = self.invalid
+            assert invalid is not None
+            await self._end(lambda: self.run_failed(invalid))
+            return
+        task, facade = self._task, self._facade
         watch = [
             asyncio.ensure_future(self.cancelled.wait()),
             asyncio.ensure_future(self.halt.wait()),
@@ -364,15 +443,27 @@ class FunctionDrive(Drive):
         """A step's completion: durable with the next commit, at the latest on the next turn
         of the event loop."""
         self.pending.append(event)
-        if self._soon is None or self._soon.done():
-            self._soon = asyncio.ensure_future(self._flush_soon())
+        if not self._soon_due:
+            # A callback, not a task: the next step's start usually takes the completion
+            # with it before the loop comes round, and then nothing more is needed.
+            self._soon_due = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
 
     def _returning(self, task: asyncio.Future[Any]) -> None:
         self.returned = True  # the function's end commits what is pending, with the end
 
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(0)
-        if self.pending and not self.closed and not self.returned:
+    async def _open_later(self) -> None:
+        await asyncio.sleep(OPENING_PATIENCE)
+        if self._opening is not None:
+            await self._flush()
+
+    def _flush_soon(self) -> None:
+        self._soon_due = False
+        if self.pending and (self._soon is None or self._soon.done()):
+            self._soon = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        if not self.closed and not self.returned:
             try:
                 await self.durable()
             except asyncio.CancelledError:
@@ -390,24 +481,61 @@ class FunctionDrive(Drive):
         through Drive's fenced commit. Callers that come while a commit is in flight are
         served together by the next one."""
         while self._durable_seq < self.writer.seq or update is not None or end is not None:
+            if self._leased is not None and not self._leased.done():
+                # Not leased yet (``begin``): the first commit is the run's start.
+                if self._wants_lease is not None and not self._wants_lease.done():
+                    self._wants_lease.set_result(None)
+                await asyncio.shield(self._leased)
+                continue
             if self._flushing is None:
-                batch, self.pending = self.pending, []
+                batch, opening = self._take()
                 if end is not None:
                     last, update = end()
                     batch.append(last)
                     end = None
-                this, update = update, None
+                this, update = update or opening, None
                 self._flushing = asyncio.ensure_future(self._commit(batch, this))
-                self._flushing.add_done_callback(self._flushed)
-            await asyncio.shield(self._flushing)
+            # A waiter of its own rather than the commit task itself: a caller cancelled
+            # while it waits does not cancel the commit that carries others' events too.
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
-    def _flushed(self, done: asyncio.Future[None]) -> None:
-        self._flushing = None
+    def _take(self) -> tuple[list[NewEvent], RunUpdate | None]:
+        """What is pending, after the opening when it has not been committed yet (with the
+        opening's run update)."""
+        batch, self.pending = self.pending, []
+        if self._opening is None:
+            return batch, None
+        (events, update), self._opening = self._opening, None
+        return events + batch, update
 
     async def _commit(self, events: list[NewEvent], update: RunUpdate | None) -> None:
-        await self.commit(events, update)
-        if events:
-            self._durable_seq = events[-1].seq
+        """One commit, then its waiters told how it went (directly, which wakes them a turn
+        of the loop sooner than a done-callback would)."""
+        error: BaseException | None = None
+        try:
+            await self.commit(events, update)
+            if events:
+                self._durable_seq = events[-1].seq
+        except BaseException as exc:
+            error = exc
+        self._flushing = None
+        waiters, self._waiters = self._waiters, []
+        told = False
+        for waiter in waiters:
+            if waiter.done():
+                continue  # its caller was cancelled
+            if error is None:
+                waiter.set_result(None)
+            elif isinstance(error, asyncio.CancelledError):
+                waiter.cancel()
+            else:
+                waiter.set_exception(error)
+                told = True
+        if error is not None and not told and not isinstance(error, asyncio.CancelledError):
+            self.fatal = error  # nobody waited for it: the drive ends with it
+            self.halt.set()
 
     def begin_attempt(self) -> None:
         self.active += 1

@@ -247,6 +247,53 @@ async def test_a_retried_steps_deltas_replace_the_failed_attempts(
     assert first_key != second_key  # each attempt its own key
 
 
+async def test_a_code_agents_model_step_streams_and_a_retry_replaces_its_text(
+    database_url: str, tmp_path: Path, fake: FakeProvider
+) -> None:
+    """ctx.model streams as a graph's model step does: deltas on the stream, live before the
+    step's end is journaled, never journaled, a retry's text replacing the broken attempt's."""
+    app = "tests.crash.code_app:app"
+    server = Server(database_url, tmp_path / "serve.log", env=fake.env(), app=app).start()
+    http = await client_for(server)
+    try:
+        created = await http.post(
+            "/v1/runs", json={"agentName": "streamed", "input": {"text": "Greet Ada"}}
+        )
+        created.raise_for_status()
+        run_id = str(created.json()["id"])
+        fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
+        stream = frames(http, run_id)
+        got: list[Frame] = []
+        await until_waiting(stream, got)
+        await approve(http, run_id)
+        got += [f async for f in stream]
+        stored = await journal_of(http, run_id)
+    finally:
+        await http.aclose()
+        server.stop()
+    deltas = [f for f in got if f.event == "delta"]
+    assert {d.data["stepId"] for d in deltas} == {"draft"}
+    assert "".join(d.data["text"] for d in deltas if d.data["attempt"] == 1) == "Hello there, "
+    second = [d for d in deltas if d.data["attempt"] == 2]
+    assert len(second) >= 2  # it came in pieces
+    assert "".join(d.data["text"] for d in second) == "Hello there, Ada Lovelace."
+    (reset,) = [f for f in got if f.event == "reset"]
+    assert reset.data == {"stepId": "draft", "attempt": 2, "replaces": 1}
+    completed = next(
+        i
+        for i, f in enumerate(got)
+        if f.event == "journal"
+        and f.data["kind"] == "step_completed"
+        and f.data["stepId"] == "draft"
+    )
+    assert got.index(second[-1]) < completed  # live, before the step's end was journaled
+    assert _texts(got) == {"draft": "Hello there, Ada Lovelace."}
+    assert [f.data for f in journal(got)] == stored
+    assert not any("delta" in e["kind"] for e in stored)
+    assert stored[-1]["kind"] == "run_succeeded"
+    assert stored[-1]["data"]["output"] == "Hello there, Ada Lovelace."
+
+
 async def test_lantern_runs_follow_prints_events_and_live_text(slow_words: Server) -> None:
     http = await client_for(slow_words, "default")
     key = http.headers["authorization"].removeprefix("Bearer ")

@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 
 import lantern
-from tests.crash.crash_app import crash_after
+from tests.crash.crash_app import crash_after, ping
 
 app = lantern.App()
 app.on_commit(crash_after)
+app.tool("ping")(ping)  # the parity test's tool (it puts its span in the request's traceparent)
 
 
 async def post(ctx: lantern.Context, url: str, k: int, previous: Any) -> Any:
@@ -73,3 +74,21 @@ async def child(ctx: lantern.Context, x: int) -> dict[str, int]:
 async def parent(ctx: lantern.Context, x: int) -> Any:
     got = await ctx.run_agent("child", {"x": x})
     return {"child": got}
+
+
+@app.agent("shaped-code")
+async def shaped(ctx: lantern.Context, url: str) -> str:
+    """The parity test's work as code: a model step, the ping tool, a model step."""
+    await ctx.model("gpt-4o-mini", prompt="Say hi to Ada", name="first")
+    await ctx.tool("ping", url=url)
+    last = await ctx.model("gpt-4o-mini", prompt="Say hi to Ada", name="last")
+    return last.text
+
+
+@app.agent("streamed")
+async def streamed(ctx: lantern.Context, text: str) -> str:
+    """An approval first (so a follower is in place), then a model step that may retry."""
+    await ctx.approval("ok", prompt="Go?")
+    retry = {"maxAttempts": 2, "backoffMs": 50, "retryableClasses": ["llm"]}
+    reply = await ctx.model("gpt-4o-mini", prompt=text, name="draft", retry=retry)
+    return reply.text

@@ -1,6 +1,6 @@
-"""One drive discipline under both kinds of run: the same work as a graph agent and as a plain
-agent (a model turn, a tool that calls a peer over HTTP, a model turn) yields the same
-observability facts, across a SIGKILL and a restart, as a real OTLP receiver, the peer, the
+"""One drive discipline under every kind of run: the same work as a graph agent, a plain agent
+and a code-first agent (a model turn, a tool that calls a peer over HTTP, a model turn) yields
+the same observability facts, across a SIGKILL and a restart, as a real OTLP receiver, the peer, the
 model provider and the replica's /metrics see them."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from lantern.engine.runs import apply_agent, create_run
 from lantern.ids import idempotency_key
 from lantern.observability.tracing import trace_id_for
 from lantern.store import Store
+from tests.crash.code_app import app as code_app
 from tests.crash.processes import Serve
 from tests.crash.test_sigkill import wait_for_status
 from tests.fake_llm import Script
@@ -64,20 +65,28 @@ class Kind:
     name: str
     steps: tuple[str, str, str]
     model_type: str
+    agent_name: str = "shaped"
+    app: str = "tests.crash.crash_app:app"
 
-    def agent(self, url: str) -> dict[str, Any]:
+    def agent(self, url: str) -> dict[str, Any] | None:
         if self.name == "graph":
             return graph_agent(url)
+        if self.name == "code":
+            return None  # tests.crash.code_app's ``shaped-code``: ctx.model, ctx.tool, ctx.model
         return {"name": "shaped", "model": MODEL, "tools": ["ping"]}
 
+    def input(self, url: str) -> Any:
+        return {"name": "Ada"} if self is GRAPH else {"url": url} if self is CODE else "Hi"
+
     def script(self, url: str) -> Script:
-        if self.name == "graph":
-            return Script(["Hello."])
-        return Script([[("ping", {"url": url})], "Hello."])
+        if self.name == "plain":
+            return Script([[("ping", {"url": url})], "Hello."])
+        return Script(["Hello."])
 
 
 GRAPH = Kind("graph", ("first", "ping", "last"), "ai-step")
 PLAIN = Kind("plain", ("llm:1", "tool:1:ping", "llm:2"), "llm")
+CODE = Kind("code", ("first", "ping", "last"), "llm", "shaped-code", "tests.crash.code_app:app")
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -102,8 +111,10 @@ async def facts(
     roles = dict(zip(kind.steps, ("first", "tool", "last"), strict=True))
     peer = f"{receiver.url}/ping-{kind.name}"
     with provider(script=kind.script(peer)) as fake:
-        await apply_agent(store, kind.agent(peer))
-        run = await create_run(store, "shaped", {"name": "Ada"} if kind is GRAPH else "Hi")
+        definition = kind.agent(peer)
+        if definition is not None:
+            await apply_agent(store, definition)
+        run = await create_run(store, kind.agent_name, kind.input(peer), app=code_app)
         env = {
             **fake.env(),
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
@@ -116,6 +127,7 @@ async def facts(
         doomed = Serve(
             store.url,
             tmp_path / f"{kind.name}-a.log",
+            kind.app,
             LANTERN_WORKER_ID=f"{kind.name}-a",
             LANTERN_TEST_CRASH_AFTER=f"step_completed:{tool_id}",
             **env,
@@ -127,6 +139,7 @@ async def facts(
         second = Serve(
             store.url,
             tmp_path / f"{kind.name}-b.log",
+            kind.app,
             LANTERN_WORKER_ID=f"{kind.name}-b",
             LANTERN_PORT=str(port),
             **env,
@@ -147,7 +160,8 @@ async def facts(
     resumed = [
         s
         for s in spans
-        if s.name == "run shaped" and s.attributes.get("lantern.run_status") == "succeeded"
+        if s.name == f"run {kind.agent_name}"
+        and s.attributes.get("lantern.run_status") == "succeeded"
     ]
     assert len(resumed) == 1 and resumed[0].resource["service.instance.id"] == f"{kind.name}-b"
     assert resumed[0].attributes["lantern.recovered"] is True
@@ -215,13 +229,15 @@ async def facts(
     }
 
 
-async def test_a_graph_agent_and_a_plain_agent_yield_the_same_observability_facts(
+async def test_a_graph_a_plain_and_a_code_agent_yield_the_same_observability_facts(
     store: Store, tmp_path: Path, receiver: Receiver
 ) -> None:
     with running() as otlp:
         graph = await facts(GRAPH, store, tmp_path, otlp, receiver)
         plain = await facts(PLAIN, store, tmp_path, otlp, receiver)
+        code = await facts(CODE, store, tmp_path, otlp, receiver)
     assert graph == plain
+    assert code == graph
     assert graph["replayed"] == {"first", "tool"}
     assert graph["journal events counted"] == {"run_recovered", "step_completed", "run_succeeded"}
     assert graph["tokens"] > 0 and graph["cost > 0"] and graph["journal writes"]

@@ -15,6 +15,7 @@ from lantern.engine.worker import Worker
 from lantern.errors import UsageError
 from lantern.ids import child_run_id
 from lantern.store import Store
+from tests.fake_llm import FakeProvider, Script
 
 
 class Crash(BaseException):
@@ -408,3 +409,74 @@ async def test_a_parked_run_is_cancelled_and_a_running_one_stops(store: Store) -
     done = await store.get_run(run.id)
     assert done is not None and done.status == "cancelled"
     assert [k for k, _ in await kinds(store, run.id)][-1] == "run_cancelled"
+
+
+async def test_a_code_agents_budget_stops_the_model_call_that_would_pass_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeProvider(script=Script(["Hello."])).start()
+    try:
+        for name, value in fake.env().items():
+            monkeypatch.setenv(name, value)
+        app = lantern.App()
+
+        @app.agent("thrifty", budget={"maxTokens": 16})
+        async def thrifty(ctx: lantern.Context) -> str:
+            first = await ctx.model("gpt-4o-mini", prompt="Who is c-1?", name="first")
+            second = await ctx.model("gpt-4o-mini", prompt=f"And {first.text}?", name="second")
+            return second.text
+
+        run = await create_run(store, "thrifty", None, app=app)
+        done = await drive(store, app, run.id)
+        calls = fake.calls()
+    finally:
+        fake.close()
+    assert done.status == "failed"
+    assert done.error["code"] == "budget_exceeded" and done.error["step"] == "second"
+    assert "maxTokens 16" in done.error["message"] and "was not made" in done.error["message"]
+    assert len(calls) == 1  # the provider never saw the second call
+    assert (await store.get_agent("default", "thrifty")).definition["budget"] == {"maxTokens": 16}
+    with pytest.raises(UsageError, match="maxTokens must be a non-negative integer"):
+        app.agent("spendthrift", budget={"maxTokens": -1})(thrifty)
+    with pytest.raises(UsageError, match="unknown budget fields maxUSD"):
+        app.agent("typo", budget={"maxUSD": 1})(thrifty)
+
+
+async def test_a_code_run_commits_once_per_step_its_opening_with_the_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = lantern.App()
+
+    async def noop() -> None:
+        return None
+
+    @app.agent("three")
+    async def three(ctx: lantern.Context) -> str:
+        for name in ("a", "b", "c"):
+            await ctx.step(name, noop)
+        return "done"
+
+    run = await create_run(store, "three", None, app=app)
+    writes: list[list[tuple[str, str | None]]] = []
+    append, start_run = store.append, store.start_run
+
+    async def counted_append(batch: Any) -> Any:
+        writes.append([(e.kind, e.step_id) for e in batch.events])
+        return await append(batch)
+
+    async def counted_start(run_id: str, worker: str, ttl: float, events: Any, update: Any) -> Any:
+        writes.append([(e.kind, e.step_id) for e in events])
+        return await start_run(run_id, worker, ttl, events, update)
+
+    monkeypatch.setattr(store, "append", counted_append)
+    monkeypatch.setattr(store, "start_run", counted_start)
+    done = await drive(store, app, run.id)
+    assert done.status == "succeeded"
+    # As a graph's: the lease, run_started and the first step's start in one transaction,
+    # then each step's end with the next one's start.
+    assert writes == [
+        [("run_started", None), ("step_started", "a")],
+        [("step_completed", "a"), ("step_started", "b")],
+        [("step_completed", "b"), ("step_started", "c")],
+        [("step_completed", "c"), ("run_succeeded", None)],
+    ]
