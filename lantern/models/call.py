@@ -61,7 +61,7 @@ async def call(
     for index, model in enumerate(names):
         if gate is not None:
             await gate.check(model, request)
-        provider = models.provider(model)
+        provider = await models.provider_for(model)
         try:
             async with outbound.QUEUES.slot(f"model:{provider.name}"):
                 response = await provider.complete(

@@ -8,6 +8,7 @@ OpenAI chat-completions API, which is also what OpenAI-compatible servers speak 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -69,6 +70,7 @@ class Models:
             dict(workspace_budgets or {})
         )
         self._providers = dict(providers or {})
+        self._making = asyncio.Lock()
 
     @classmethod
     def from_settings(
@@ -92,6 +94,20 @@ class Models:
         found = self._providers.get(name)
         if found is None:
             found = self._providers[name] = _make(name)
+        return found
+
+    async def provider_for(self, model: str) -> Provider:
+        """``provider(model)``, made off the event loop the first time: importing a provider's
+        SDK takes one to several seconds, which every other run on the loop would wait out."""
+        name = provider_name(model)
+        found = self._providers.get(name)
+        if found is not None:
+            return found
+        async with self._making:
+            found = self._providers.get(name)
+            if found is None:
+                made = _make(name) if name == "offline" else await asyncio.to_thread(_make, name)
+                found = self._providers[name] = made
         return found
 
 
