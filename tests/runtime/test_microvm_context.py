@@ -35,6 +35,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iter
     found = Cluster(sqlite_url(tmp), tmp).serve(**fake.env())
     found.node("n1")
     try:
+        found.wait_for(lambda: found.ok("GET", "/v1/runtime/nodes")["items"], 60)
         yield found
     finally:
         found.close()

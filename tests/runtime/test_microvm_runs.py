@@ -26,7 +26,13 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     found = Cluster(sqlite_url(tmp), tmp).serve()
     found.node("n1")
     found.node("n2")
+
+    def registered() -> bool:
+        """both runtime nodes are registered (a test may run first in its worker)"""
+        return len(found.ok("GET", "/v1/runtime/nodes")["items"]) == 2
+
     try:
+        found.wait_for(registered, 60)
         yield found
     finally:
         found.close()
