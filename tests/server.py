@@ -84,7 +84,8 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("lantern serve did not answer /healthz")
+        self.kill()  # a server the caller never got back would outlive the test
+        raise RuntimeError(f"lantern serve did not answer /healthz within {timeout} s")
 
     def kill(self) -> None:
         assert self.proc is not None
