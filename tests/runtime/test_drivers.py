@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import socket
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ def test_qemu_boots_a_vm_that_is_isolated(tmp_path: Path, monkeypatch: pytest.Mo
 def check_isolation(
     driver: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
-    secret_file = Path.cwd() / ".pytest-isolation-secret"  # under the checkout, not shared
+    # Under the checkout, not shared; one per test, as xdist runs drivers' tests side by side.
+    secret_file = Path.cwd() / f".pytest-isolation-secret-{uuid.uuid4().hex[:12]}"
     secret_file.write_text("host secret")
     monkeypatch.setenv("LANTERN_TEST_HOST_SECRET", "do-not-leak")
     server = socket.create_server(("127.0.0.1", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ async def run_workload(
         seen[op] = request
         return None
 
-    spec = VmSpec("vm-test", app_dir, workdir=workdir, memory_mb=memory_mb)
+    # A VM id of its own: tests under xdist boot VMs side by side.
+    spec = VmSpec(f"vm-test-{uuid.uuid4().hex[:12]}", app_dir, workdir=workdir, memory_mb=memory_mb)
     vm = await driver.start(spec)
     try:
         _, code = await asyncio.wait_for(asyncio.gather(serve(vm, handle), vm.wait()), timeout)
