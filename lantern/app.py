@@ -1,6 +1,6 @@
 """The user's side of Lantern: an ``App`` holding tools and code-first agents, loaded with
 ``--app MODULE:OBJECT``; the ``ToolContext`` a tool may ask for; and ``Context``, what a
-code-first agent's function receives (CONTRACT §10).
+code-first agent's function receives (docs/code-agents.md).
 
 ``Context`` is abstract on purpose: the engine drives it in-process (``engine/functions.py``)
 and a microVM workload gets the same methods over its channel to the control plane (§11), so

@@ -1,4 +1,4 @@
-"""Settings from the environment (CONTRACT §2); command-line flags override them."""
+"""Settings from the environment (README, Configuration); command-line flags override them."""
 
 from __future__ import annotations
 
@@ -197,14 +197,14 @@ def email_max_recipients(env: Mapping[str, str] | None = None) -> int:
 
 
 def max_queued_runs(env: Mapping[str, str] | None = None) -> int:
-    """LANTERN_MAX_QUEUED_RUNS: runs one workspace may have queued at once (CONTRACT §12)."""
+    """LANTERN_MAX_QUEUED_RUNS: runs one workspace may have queued at once (docs/security.md)."""
     from lantern.limits import MAX_QUEUED_RUNS
 
     return _integer(os.environ if env is None else env, "LANTERN_MAX_QUEUED_RUNS", MAX_QUEUED_RUNS)
 
 
 def egress_allow(env: Mapping[str, str] | None = None) -> str | None:
-    """LANTERN_EGRESS_ALLOW (CONTRACT §12), or None: tenant URLs reach public addresses only."""
+    """LANTERN_EGRESS_ALLOW (docs/security.md), or None: tenant URLs reach public addresses only."""
     e = os.environ if env is None else env
     return e.get("LANTERN_EGRESS_ALLOW") or None
 

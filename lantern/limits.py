@@ -1,4 +1,4 @@
-"""The limits that keep one tenant from exhausting a process every tenant shares (CONTRACT §12).
+"""The limits that keep one tenant from exhausting a process every tenant shares (docs/security.md).
 
 Each is refused with a message naming it, so whoever meets one knows which it was and where it
 is set. The values are generous for real agents and small enough that meeting one costs the

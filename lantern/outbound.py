@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-DEFAULT_PER_HOST = 256  # CONTRACT §2: LANTERN_MAX_CONCURRENT_RUNS
+DEFAULT_PER_HOST = 256  # the default of LANTERN_MAX_CONCURRENT_RUNS
 MAX_KEEPALIVE = 1000  # idle connections kept open for reuse, across hosts
 
 

@@ -1,4 +1,4 @@
-"""Jinja2's immutable sandbox with a bounded cost (CONTRACT §12).
+"""Jinja2's immutable sandbox with a bounded cost (docs/security.md).
 
 A template is a tenant's program run on the event loop every tenant shares, and the sandbox
 alone bounds what it may touch, not what it may cost: ``'a' * 200000000`` allocates 200 MB,

@@ -1,4 +1,4 @@
-"""The public JSON shape (camelCase, CONTRACT §4) of runs and events, for every edge."""
+"""The public JSON shape (camelCase) of runs and events, for every edge."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``lantern``: agents, runs and the executor from the command line (CONTRACT §3)."""
+"""``lantern``: agents, runs and the executor from the command line."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ MAX_COMMENT = 10_000
 
 
 class OneLine(click.Command):
-    """A command whose usage errors are one line (``Error: ...``) and exit 2, as CONTRACT §3
-    asks, instead of the usage text and a hint around it."""
+    """A command whose usage errors are one line (``Error: ...``) and exit 2, as every
+    lantern command does, instead of the usage text and a hint around it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:

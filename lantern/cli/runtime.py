@@ -1,4 +1,4 @@
-"""``lantern runtime ...``: the microVM tier's drivers, runtime nodes and VMs (CONTRACT §3)."""
+"""``lantern runtime ...``: the microVM tier's drivers, runtime nodes and VMs."""
 
 from __future__ import annotations
 

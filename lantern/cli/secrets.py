@@ -1,4 +1,4 @@
-"""`lantern secrets set|list|delete`: a workspace's secrets (CONTRACT §12).
+"""`lantern secrets set|list|delete`: a workspace's secrets (docs/security.md).
 
 A value is read from stdin, never from an argument (which would sit in the shell's history
 and in every process listing), and never printed back: `list` shows names and times.

@@ -155,7 +155,7 @@ _VM_STYLE = {"exited": "green", "timeout": "red", "killed": "red", "node_lost": 
 
 
 def vm_lanes(events: Sequence[Event]) -> list[VmLane]:
-    """A lane per VM, in the order they were placed (the vm_* events of CONTRACT §7)."""
+    """A lane per VM, in the order they were placed (their vm_* events)."""
     if not events:
         return []
     origin = events[0].at

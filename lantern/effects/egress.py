@@ -1,4 +1,4 @@
-"""The egress policy for tenant-controlled URLs (CONTRACT §12).
+"""The egress policy for tenant-controlled URLs (docs/security.md).
 
 An HTTP connector's URL is a tenant's template, and its answer becomes a step output the
 tenant reads back, so an unchecked URL would let any tenant read the operator's network (a

@@ -111,7 +111,7 @@ class DriveHost(Protocol):
         ...
 
     async def secret_values(self, workspace: str) -> dict[str, str]:
-        """The workspace's secrets, opened, for a step that dispatches now (CONTRACT §12)."""
+        """The workspace's secrets, opened, for a step that dispatches now (docs/security.md)."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 Every module that writes or reads the journal names a kind through these constants, so a
 misspelt kind is a NameError at import rather than an event nobody folds. The wire format
-is the string value (CONTRACT §6); the constants never change what is stored.
+is the string value; the constants never change what is stored.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ANOMALY_DETECTED: Final = "anomaly_detected"
 CONFIDENCE_EVALUATED: Final = notes.CONFIDENCE_EVALUATED
 CONFIDENCE_GATE_BYPASSED: Final = notes.CONFIDENCE_GATE_BYPASSED
 
-# -- a microVM's life (CONTRACT §11): data {vmId, nodeId, attempt}, and at its end
+# -- a microVM's life (docs/runtime.md): data {vmId, nodeId, attempt}, and at its end
 # {exitCode, reason}: exited (the workload ended by itself), timeout, killed, node_lost ---------
 VM_SCHEDULED: Final = "vm_scheduled"
 VM_STARTED: Final = "vm_started"

@@ -1,4 +1,4 @@
-"""Agent definitions: parsing and validation into an immutable ``Graph`` (CONTRACT §5).
+"""Agent definitions: parsing and validation into an immutable ``Graph``.
 
 Validation collects every problem before it fails, so one error names them all.
 """

@@ -1,4 +1,4 @@
-"""A microVM agent: the ``runtime`` block of CONTRACT §11, validated with every problem at once.
+"""A microVM agent: the ``runtime`` block (docs/runtime.md), validated with every problem at once.
 
 The engine only knows that such a run is not driven here: the scheduler of the microVM tier
 places it in a VM, and the VM's reports are journaled by the relay. This module is the pure

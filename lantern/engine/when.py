@@ -1,4 +1,4 @@
-"""Edge conditions (``"when": "{{ expression }}"``, CONTRACT §5) and the steps a template names.
+"""Edge conditions (``"when": "{{ expression }}"``) and the steps a template names.
 
 A ``when`` is one expression over ``input`` and the outputs of the edge's source and its
 ancestors, evaluated in the templates' sandbox; the edge is taken when its value is truthy.

@@ -1,4 +1,4 @@
-"""Model Context Protocol servers' tools as Lantern tools (CONTRACT §13), through the
+"""Model Context Protocol servers' tools as Lantern tools (docs/integrations.md), through the
 official ``mcp`` SDK.
 
 ``app.mcp("notes", command=[...])`` (stdio) or ``app.mcp("search", url=...)`` (streamable

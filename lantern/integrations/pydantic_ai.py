@@ -1,4 +1,4 @@
-"""Pydantic AI agents made durable inside a code-first agent (CONTRACT §13), the optional
+"""Pydantic AI agents made durable inside a code-first agent (docs/integrations.md), the optional
 extra ``lantern[pydantic-ai]``.
 
 ``await durable(agent).run(ctx, prompt)`` runs the Pydantic AI agent with two wrappers added

@@ -1,4 +1,4 @@
-"""An ai-step node: one model call with a templated prompt (CONTRACT §5).
+"""An ai-step node: one model call with a templated prompt.
 
 Output: ``{text, json?, model, provider, usage: {inputTokens, outputTokens, costUsd}}``
 (and ``route`` when the model was a route). With ``responseFormat: json`` the answer must

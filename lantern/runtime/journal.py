@@ -22,5 +22,5 @@ async def writer(store: Store, run_id: str) -> EventWriter:
 
 
 def vm_data(vm: Any, **more: Any) -> dict[str, Any]:
-    """What every vm_* event carries (CONTRACT §7)."""
+    """What every vm_* event carries."""
     return {"vmId": vm.vm_id, "nodeId": vm.node_id, "attempt": vm.attempt, **more}

@@ -1,4 +1,4 @@
-"""The microVM tier's records as the API shows them (CONTRACT §4)."""
+"""The microVM tier's records as the API shows them."""
 
 from __future__ import annotations
 

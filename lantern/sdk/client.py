@@ -269,7 +269,7 @@ class AsyncClient:
     # Agents
 
     async def apply_agent(self, definition: Mapping[str, Any]) -> Agent:
-        """Store the definition (CONTRACT §5) as the agent's next version. An invalid one
+        """Store the definition as the agent's next version. An invalid one
         raises ``Unprocessable`` with every problem in ``errors``."""
         name = definition.get("name")
         if not isinstance(name, str) or not name:

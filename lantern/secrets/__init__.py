@@ -1,3 +1,3 @@
-"""A workspace's secrets (CONTRACT §12): sealed at rest (box), kept per workspace (vault),
+"""A workspace's secrets (docs/security.md): sealed at rest (box), kept per workspace (vault),
 substituted into a step's templates only when it dispatches, and scrubbed from everything the
 step leaves behind (redact)."""

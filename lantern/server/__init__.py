@@ -1,1 +1,1 @@
-"""The REST API (CONTRACT §4): a Starlette/FastAPI app served by uvicorn with the executor."""
+"""The REST API: a Starlette/FastAPI app served by uvicorn with the executor."""

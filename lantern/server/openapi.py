@@ -21,7 +21,7 @@ def document(api: FastAPI) -> dict[str, Any]:
     components.setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
     components["securitySchemes"] = {
         "apiKey": {"type": "http", "scheme": "bearer", "description": "lk_... API key"},
-        # What a runtime node relays a VM's reports under (CONTRACT §11), never an API key.
+        # What a runtime node relays a VM's reports under (docs/runtime.md), never an API key.
         "vmToken": {"type": "http", "scheme": "bearer", "description": "lvm.... per-VM token"},
     }
     for path, operations in doc["paths"].items():

@@ -1,4 +1,4 @@
-"""Requests per API key: a token bucket per key, in this process (CONTRACT §12).
+"""Requests per API key: a token bucket per key, in this process (docs/security.md).
 
 Every replica keeps its own buckets, so N replicas behind a balancer allow up to N times the
 rate; that bounds what one key can make one process do, which is the point: one tenant's

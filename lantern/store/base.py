@@ -190,7 +190,7 @@ class RunStore(Protocol):
     async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
         """Which of ``run_ids`` belong to ``workspace``."""
 
-    # per-workspace limits (CONTRACT §12)
+    # per-workspace limits (docs/security.md)
     async def queued_count(self, workspace: str, at_most: int) -> int:
         """How many of the workspace's runs are queued, counting no further than ``at_most``."""
 
@@ -257,7 +257,7 @@ class SigningStore(Protocol):
 
 
 class SecretStore(Protocol):
-    """A workspace's secrets (CONTRACT §12), sealed by lantern.secrets before they get here:
+    """A workspace's secrets (docs/security.md), sealed by lantern.secrets before they get here:
     the store holds ciphertext and never sees a value."""
 
     async def put_secret(self, workspace: str, name: str, key_id: str, sealed: bytes) -> SecretInfo:

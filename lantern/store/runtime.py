@@ -1,4 +1,4 @@
-"""The microVM tier's records and the store role that keeps them (CONTRACT §11).
+"""The microVM tier's records and the store role that keeps them (docs/runtime.md).
 
 Runtime nodes, the VMs placed on them, and named fenced leases (``run_locks`` generalised:
 the same UPSERT that wins only an expired lease, the same epoch that fences a stale holder).

@@ -1,4 +1,4 @@
-"""What runs inside a microVM (CONTRACT §11): the harness, its Context, and ``resumed()``.
+"""What runs inside a microVM (docs/runtime.md): the harness, its Context, and ``resumed()``.
 
 Standard library only, and nothing here imports the rest of Lantern, so the harness runs in a
 VM that has Python and the app directory and nothing else of the host's. The package's only

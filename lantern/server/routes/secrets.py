@@ -1,5 +1,5 @@
 """/v1/secrets: a workspace's secrets. A write takes a value; a read lists names and times,
-never a value (CONTRACT §4, §12)."""
+never a value (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Counts behind the per-workspace limits (CONTRACT §12)."""
+"""Counts behind the per-workspace limits (docs/security.md)."""
 
 from __future__ import annotations
 
