@@ -53,7 +53,7 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> Server:
+    def start(self, timeout: float = 60) -> Server:
         env = {
             **os.environ,
             "LANTERN_DATABASE_URL": self.database_url,

@@ -39,7 +39,9 @@ async def test_a_standby_replica_recovers_a_killed_replicas_run(
     await asyncio.to_thread(receiver.arrived.wait, 30)
     standby = replica(store, tmp_path, "r2")
     try:
-        await asyncio.sleep(1.0)  # the standby is up and sweeping; the lease is still live
+        # The standby is up and sweeping (on a loaded machine its start alone can take
+        # longer than the bound below); the lease is still live.
+        await asyncio.to_thread(standby.wait_ready)
         killed_at = time.monotonic()
         first.kill()
         receiver.release()
