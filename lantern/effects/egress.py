@@ -27,6 +27,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from lantern import outbound
 from lantern.errors import StepError, UsageError
 
 SETTING = "LANTERN_EGRESS_ALLOW"
@@ -248,5 +249,11 @@ class CheckedTransport(httpx.AsyncHTTPTransport):
 
 def client(policy: EgressPolicy, *, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
     """The client for tenant URLs. No proxy from the environment: a proxy would make the
-    connection (and its lookup) itself, past the check."""
-    return httpx.AsyncClient(transport=CheckedTransport(policy, limits=limits), trust_env=False)
+    connection (and its lookup) itself, past the check. Without ``limits``, its requests are
+    spread over several pools as ``lantern.outbound.spread`` does, each checked."""
+    transport: httpx.AsyncBaseTransport
+    if limits is None:
+        transport = outbound.spread(lambda share: CheckedTransport(policy, limits=share))
+    else:
+        transport = CheckedTransport(policy, limits=limits)
+    return httpx.AsyncClient(transport=transport, trust_env=False)

@@ -89,7 +89,7 @@ class Worker:
         self.keeper.start()  # its loops live as long as the worker
         outbound.configure(self.max_concurrent)
         threads.configure(self.tool_threads)
-        http = await self._stack.enter_async_context(client(self.egress, limits=outbound.limits()))
+        http = await self._stack.enter_async_context(client(self.egress))
         self.runner = Runner(
             self.store,
             self._app,
