@@ -12,6 +12,8 @@ only once it holds a slot, so waiting for one never spends it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -124,6 +126,13 @@ class _Closing(httpx.AsyncByteStream):
                 done()
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """The process's TLS context for outbound requests: loading the CA bundle takes about
+    40 ms, and every pool of every client needs one."""
+    return httpx.create_ssl_context()
+
+
 def spread(make: Callable[[httpx.Limits], httpx.AsyncBaseTransport]) -> SpreadTransport:
     """``POOLS`` transports made by ``make``, sharing the keep-alive allowance; unbounded in
     connections, as the host queues bound them."""
@@ -132,5 +141,5 @@ def spread(make: Callable[[httpx.Limits], httpx.AsyncBaseTransport]) -> SpreadTr
 
 
 def client() -> httpx.AsyncClient:
-    transport = spread(lambda share: httpx.AsyncHTTPTransport(limits=share))
+    transport = spread(lambda share: httpx.AsyncHTTPTransport(verify=ssl_context(), limits=share))
     return httpx.AsyncClient(transport=transport, timeout=timeout(30.0))

@@ -237,9 +237,9 @@ class CheckedTransport(httpx.AsyncHTTPTransport):
 
     def __init__(self, policy: EgressPolicy, *, limits: httpx.Limits | None = None) -> None:
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        super().__init__(limits=limits)
+        super().__init__(verify=outbound.ssl_context(), limits=limits)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=outbound.ssl_context(),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
