@@ -89,3 +89,16 @@ async def naps(ctx, seconds=4.0):
     await ctx.step("a", _stamp, "a")
     await ctx.sleep("nap", seconds=seconds)
     return {"woke": time.time(), "resumed": resumed()}
+
+
+async def looks_around(ctx):
+    """What the VM holds when its run begins: its /tmp, its LANTERN_* variables."""
+
+    def look():
+        seen = sorted(os.listdir("/tmp"))
+        with open(f"/tmp/left-by-{ctx.run_id}", "w") as f:
+            f.write("x")
+        env = {k: v for k, v in os.environ.items() if k.startswith("LANTERN_")}
+        return {"tmp": seen, "env": env, "resumed": resumed()}
+
+    return await ctx.step("look", look)
