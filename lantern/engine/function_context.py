@@ -268,8 +268,7 @@ class EngineContext(Context):
                 data["onTimeout"] = on_timeout
             return data
 
-        answer = await self._wait(name, {"type": "approval"}, wait)
-        return Approval(answer.get("decision", "rejected"), answer.get("by"), answer.get("comment"))
+        return Approval.from_json(await self._wait(name, {"type": "approval"}, wait))
 
     async def run_agent(self, name: str, input: Any) -> Any:
         d = self._drive("run_agent")
