@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 from lantern import threads
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
+from lantern.workload.replies import Approval as Approval
+from lantern.workload.replies import ModelReply as ModelReply
+from lantern.workload.replies import key_for
 
 if TYPE_CHECKING:
     from lantern.integrations.mcp import McpServer
@@ -59,41 +62,7 @@ class ToolContext:
 
     def key_for(self, name: str) -> str:
         """An idempotency key of its own for the delivery ``name`` of this step attempt."""
-        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    """A model step's answer as the journal holds it, so a replay returns the same value."""
-
-    text: str
-    model: str | None = None
-    provider: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=dict)
-    tool_calls: tuple[Mapping[str, Any], ...] = ()  # each {id, name, arguments}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ModelReply:
-        return cls(
-            text=str(data.get("text") or ""),
-            model=data.get("model"),
-            provider=data.get("provider"),
-            usage=dict(data.get("usage") or {}),
-            tool_calls=tuple(dict(c) for c in data.get("toolCalls") or ()),
-        )
-
-
-@dataclass(frozen=True)
-class Approval:
-    """The decision at an approval step: by a person through the API, or by its timeout."""
-
-    decision: str  # "approved" or "rejected"
-    by: str | None = None
-    comment: str | None = None
-
-    @property
-    def approved(self) -> bool:
-        return self.decision == "approved"
+        return key_for(self.idempotency_key, name)
 
 
 class Context(abc.ABC):
@@ -198,7 +167,7 @@ class Context(abc.ABC):
 
     def key_for(self, name: str) -> str:
         """An idempotency key of its own for the delivery ``name`` of this step attempt."""
-        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
+        return key_for(self.idempotency_key, name)
 
 
 @dataclass(frozen=True)
