@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lantern.app import App
+from lantern.app import Toolbox
 from lantern.engine.graph import RETRYABLE_CLASSES
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import UsageError
@@ -68,7 +68,7 @@ def messages(prompt: Any, given: Sequence[Mapping[str, Any]] | None) -> tuple[Me
     return tuple(out)
 
 
-def tool_specs(app: App, given: Any, workspace: str, *, missing: str) -> tuple[str | ToolSpec, ...]:
+def tool_specs(box: Toolbox, given: Any, *, missing: str) -> tuple[str | ToolSpec, ...]:
     """The tools a ctx.model call names, checked now; names are looked up when the step runs
     (``tools.offered``), so a replayed step needs no MCP server started. ``missing`` ends
     the error for a name the app lacks (where to register it)."""
@@ -77,7 +77,7 @@ def tool_specs(app: App, given: Any, workspace: str, *, missing: str) -> tuple[s
     specs: list[str | ToolSpec] = []
     for t in given:
         if isinstance(t, str):
-            if not app.has_tool(t, workspace):
+            if not box.has(t):
                 raise UsageError(f"ctx.model: no tool {t!r} is registered {missing}")
             specs.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):

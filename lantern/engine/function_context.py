@@ -131,7 +131,8 @@ class EngineContext(Context):
         model = call_args.model_name(model, d.host.models.routes)
         conversation = call_args.messages(prompt, messages)
         missing = "(use @app.tool or app.mcp)"
-        specs = call_args.tool_specs(d.host.app, tools or (), d.run.workspace, missing=missing)
+        box = d.host.app.tools_for(d.run.workspace)
+        specs = call_args.tool_specs(box, tools or (), missing=missing)
         policy = call_args.retry_policy(retry, f"ctx.model({name!r})")
         budget = None if d.agent is None else d.agent.budget  # the pinned version's
 
@@ -146,7 +147,7 @@ class EngineContext(Context):
                 system=system,
                 temperature=temperature,
                 max_tokens=max_tokens,
-                tools=await offered(d.host.app, specs),
+                tools=await offered(box, specs),
             )
             # The text streams to whoever follows the run here as it is generated (never
             # journaled); a retry's attempt starts a new buffer that replaces this one's.
@@ -168,8 +169,8 @@ class EngineContext(Context):
     async def tool(self, name: str, /, **args: Any) -> Any:
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
-        app = d.host.app
-        if not app.has_tool(name, d.run.workspace):
+        box = d.host.app.tools_for(d.run.workspace)
+        if not box.has(name):
             raise UsageError(
                 f"ctx.tool({name!r}): no such tool is registered (use @app.tool or app.mcp)"
             )
@@ -181,7 +182,7 @@ class EngineContext(Context):
         async def work(a: _Attempt) -> Any:
             # An MCP server's tool is looked up inside the step: a server that is down fails
             # the step (ToolUnavailable: class tool, retryable), as in a graph.
-            found = await app.find_tool(name, d.run.workspace)
+            found = await box.find(name)
             if found is None:
                 raise StepError(
                     f"tool {name!r}: its MCP server has no such tool", error_class="tool"

@@ -101,7 +101,8 @@ def _model(
     ):
         raise UsageError("ctx.model: max_tokens must be a positive integer")
     missing = "on the control plane's App"
-    specs = call_args.tool_specs(app, request.get("tools") or [], run.workspace, missing=missing)
+    box = app.tools_for(run.workspace)
+    specs = call_args.tool_specs(box, request.get("tools") or [], missing=missing)
     policy = call_args.retry_policy(request.get("retry"), "ctx.model")
 
     async def work(attempt: int, key: str) -> Any:
@@ -112,7 +113,7 @@ def _model(
             system=system,
             temperature=temperature,
             max_tokens=max_tokens,
-            tools=await tools.offered(app, specs),
+            tools=await tools.offered(box, specs),
         )
         result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
@@ -130,7 +131,8 @@ def _tool(
         raise UsageError("ctx.tool: the tool name must be a string")
     if not isinstance(args, dict):
         raise UsageError(f"ctx.tool({name!r}): the arguments must be an object")
-    if not app.has_tool(name, run.workspace):
+    box = app.tools_for(run.workspace)
+    if not box.has(name):
         raise UsageError(
             f"ctx.tool({name!r}): no such tool is registered on the control plane's App"
             " (use @app.tool or app.mcp in the --app that lantern serve loads)"
@@ -139,7 +141,7 @@ def _tool(
     async def work(attempt: int, key: str) -> Any:
         # An MCP server's tool is looked up inside the step: a server that is down fails the
         # step (class tool, retryable), as in-process.
-        found = await app.find_tool(name, run.workspace)
+        found = await box.find(name)
         if found is None:
             raise StepError(f"tool {name!r}: its MCP server has no such tool", error_class="tool")
         try:

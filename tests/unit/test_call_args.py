@@ -18,7 +18,7 @@ def app() -> App:
 
 def test_tool_names_and_specs_are_kept_in_order() -> None:
     spec = {"name": "free", "description": "d", "parameters": {"type": "object"}}
-    got = call_args.tool_specs(app(), ["lookup", spec], "acme", missing="here")
+    got = call_args.tool_specs(app().tools_for("acme"), ["lookup", spec], missing="here")
     assert got == ("lookup", ToolSpec("free", "d", {"type": "object"}))
 
 
@@ -33,7 +33,8 @@ def test_tool_names_and_specs_are_kept_in_order() -> None:
 )
 def test_a_bad_tool_list_is_refused_with_what_is_wrong(given: object, message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("{", r"\{").replace("}", r"\}")):
-        call_args.tool_specs(app(), given, "globex", missing="on the control plane's App")
+        box = app().tools_for("globex")
+        call_args.tool_specs(box, given, missing="on the control plane's App")
 
 
 def test_a_retry_block_is_checked_and_none_is_one_attempt() -> None:
