@@ -68,6 +68,7 @@ async def retry(
     run again with fresh idempotency keys. 409 for a run that succeeded or has not finished."""
     s = services(request)
     original = await owned_run(s.store, run_id, key)
-    made = await retry_run(s.store, original, body.fromStep if body is not None else None)
+    from_step = body.fromStep if body is not None else None
+    made = await retry_run(s.store, original, from_step, routes=s.worker.models.routes)
     s.worker.wake()
     return JSONResponse(run_json(made), status_code=202)
