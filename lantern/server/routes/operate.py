@@ -69,7 +69,8 @@ async def retry(
     run again with fresh idempotency keys. 409 for a run that succeeded or has not finished."""
     s = services(request)
     original = await owned_run(s.store, run_id, key)
-    made = await retry_run(s.store, original, body.fromStep if body is not None else None)
+    from_step = body.fromStep if body is not None else None
+    made = await retry_run(s.store, original, from_step, routes=s.worker.models.routes)
     # Its run_started is stored here rather than committed by a drive: log its start line.
     opened = await s.store.events(made.id, limit=1)
     logs.run_events(made.id, made.agent_name, made.agent_version, s.worker.worker_id, opened)
