@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 from lantern import threads
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
+from lantern.workload.replies import Approval as Approval
+from lantern.workload.replies import ModelReply as ModelReply
+from lantern.workload.replies import key_for
 
 if TYPE_CHECKING:
     from lantern.integrations.mcp import McpServer
@@ -59,41 +62,7 @@ class ToolContext:
 
     def key_for(self, name: str) -> str:
         """An idempotency key of its own for the delivery ``name`` of this step attempt."""
-        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    """A model step's answer as the journal holds it, so a replay returns the same value."""
-
-    text: str
-    model: str | None = None
-    provider: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=dict)
-    tool_calls: tuple[Mapping[str, Any], ...] = ()  # each {id, name, arguments}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ModelReply:
-        return cls(
-            text=str(data.get("text") or ""),
-            model=data.get("model"),
-            provider=data.get("provider"),
-            usage=dict(data.get("usage") or {}),
-            tool_calls=tuple(dict(c) for c in data.get("toolCalls") or ()),
-        )
-
-
-@dataclass(frozen=True)
-class Approval:
-    """The decision at an approval step: by a person through the API, or by its timeout."""
-
-    decision: str  # "approved" or "rejected"
-    by: str | None = None
-    comment: str | None = None
-
-    @property
-    def approved(self) -> bool:
-        return self.decision == "approved"
+        return key_for(self.idempotency_key, name)
 
 
 class Context(abc.ABC):
@@ -198,7 +167,7 @@ class Context(abc.ABC):
 
     def key_for(self, name: str) -> str:
         """An idempotency key of its own for the delivery ``name`` of this step attempt."""
-        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
+        return key_for(self.idempotency_key, name)
 
 
 @dataclass(frozen=True)
@@ -329,6 +298,7 @@ class App:
     commits."""
 
     def __init__(self) -> None:
+        # Every workspace's tools: a run looks one up through tools_for(its workspace).
         self.tools: dict[str, Tool] = {}
         self.agents: dict[str, CodeAgent] = {}
         self.commit_listeners: list[CommitListener] = []
@@ -367,62 +337,13 @@ class App:
             raise UsageError(f"{name!r}: workspaces is a list of workspace names, not a string")
         self.only_in[name] = frozenset(workspaces)
 
-    def serves(self, name: str, workspace: str | None) -> bool:
-        """Whether the tool ``name`` exists for runs of ``workspace`` (None: any workspace)."""
-        if workspace is None:
-            return True
-        server_name, dot, _ = name.partition(".")
-        for restricted in (name, server_name if dot else None):
-            if restricted in self.only_in and workspace not in self.only_in[restricted]:
-                return False
-        return True
-
-    async def find_tool(self, name: str, workspace: str | None = None) -> Tool | None:
-        """The tool ``name`` as runs of ``workspace`` see it; an MCP server's (``server.tool``)
-        once the server is up. A server that cannot be reached raises StepError (class
-        ``tool``, retryable)."""
-        if not self.serves(name, workspace):
-            return None
-        found = self.tools.get(name)
-        if found is not None:
-            return found
-        server_name, dot, _ = name.partition(".")
-        server = self.mcp_servers.get(server_name) if dot else None
-        if server is None:
-            return None
-        await self._connect(server)
-        return self.tools.get(name)
-
-    def has_tool(self, name: str, workspace: str | None = None) -> bool:
-        """Whether ``name`` is a registered tool or names a registered MCP server's
-        (``server.tool``), as runs of ``workspace`` see them, without reaching the server:
-        whether it has that tool is known once ``find_tool`` has started it."""
-        if not self.serves(name, workspace):
-            return False
-        if name in self.tools:
-            return True
-        server_name, dot, rest = name.partition(".")
-        return bool(dot and rest) and server_name in self.mcp_servers
-
-    async def resolve_tools(self, names: Sequence[str], workspace: str | None = None) -> list[str]:
-        """An agent's tool list with each ``server.*`` replaced by that MCP server's tools
-        (in the server's order), leaving out what ``workspace`` is not served; the servers
-        named are started first."""
-        out: list[str] = []
-        for name in names:
-            if not self.serves(name, workspace):
-                continue
-            server_name, dot, rest = name.partition(".")
-            server = self.mcp_servers.get(server_name) if dot else None
-            if server is not None:
-                await self._connect(server)
-            if rest == "*" and server is not None:
-                out += [f"{server_name}.{t}" for t in server.tools]
-            else:
-                out.append(name)
-        return list(dict.fromkeys(out))
+    def tools_for(self, workspace: str) -> Toolbox:
+        """The tools runs of ``workspace`` see: every lookup of a tool by name goes through
+        this, so none can leave out a tool registered for other workspaces only."""
+        return Toolbox(self, workspace)
 
     async def _connect(self, server: McpServer) -> None:
+        """Start ``server`` (once per process; its Toolbox asks) and register its tools."""
         for tool in (await server.connect()).values():
             if tool.qualified not in self.tools or self.tools[tool.qualified].schema is not None:
                 self.tools[tool.qualified] = _mcp_tool(
@@ -485,6 +406,72 @@ class App:
         """Call ``listener(run_id, events)`` after each journal commit of this process."""
         self.commit_listeners.append(listener)
         return listener
+
+
+@dataclass(frozen=True)
+class Toolbox:
+    """An App's tools as the runs of one workspace see them (``App.tools_for``). A tool or
+    MCP server registered for other workspaces only is not there at all: not "forbidden",
+    which would tell a tenant it exists."""
+
+    app: App
+    workspace: str
+
+    def _serves(self, name: str) -> bool:
+        server_name, dot, _ = name.partition(".")
+        for restricted in (name, server_name) if dot else (name,):
+            only = self.app.only_in.get(restricted)
+            if only is not None and self.workspace not in only:
+                return False
+        return True
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is a registered tool or names a registered MCP server's
+        (``server.tool``), without reaching the server: whether it has that tool is known
+        once ``find`` has started it."""
+        if not self._serves(name):
+            return False
+        if name in self.app.tools:
+            return True
+        server_name, dot, rest = name.partition(".")
+        return bool(dot and rest) and server_name in self.app.mcp_servers
+
+    def registered(self, name: str) -> Tool | None:
+        """The tool ``name`` if this process has it already, starting no MCP server."""
+        return self.app.tools.get(name) if self._serves(name) else None
+
+    async def find(self, name: str) -> Tool | None:
+        """The tool ``name``; an MCP server's (``server.tool``) once the server is up. A
+        server that cannot be reached raises StepError (class ``tool``, retryable)."""
+        if not self._serves(name):
+            return None
+        found = self.app.tools.get(name)
+        if found is not None:
+            return found
+        server_name, dot, _ = name.partition(".")
+        server = self.app.mcp_servers.get(server_name) if dot else None
+        if server is None:
+            return None
+        await self.app._connect(server)
+        return self.app.tools.get(name)
+
+    async def resolve(self, names: Sequence[str]) -> list[str]:
+        """An agent's tool list with each ``server.*`` replaced by that MCP server's tools
+        (in the server's order), leaving out what this workspace is not served; the servers
+        named are started first."""
+        out: list[str] = []
+        for name in names:
+            if not self._serves(name):
+                continue
+            server_name, dot, rest = name.partition(".")
+            server = self.app.mcp_servers.get(server_name) if dot else None
+            if server is not None:
+                await self.app._connect(server)
+            if rest == "*" and server is not None:
+                out += [f"{server_name}.{t}" for t in server.tools]
+            else:
+                out.append(name)
+        return list(dict.fromkeys(out))
 
 
 _MCP_CONTEXT = "_lantern_step"  # no MCP tool argument is likely to be called this

@@ -17,6 +17,7 @@ import ssl
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 
@@ -70,7 +71,7 @@ def timeout(seconds: float) -> httpx.Timeout:
     return httpx.Timeout(seconds, pool=None)
 
 
-class SpreadTransport(httpx.AsyncBaseTransport):
+class Spreading:
     """Requests spread over ``len(pools)`` connection pools, each to the one with the fewest
     requests open (the first, while few are), so no pool holds thousands of connections.
 
@@ -78,13 +79,18 @@ class SpreadTransport(httpx.AsyncBaseTransport):
     time a request is added or removed: with 2,000 runs on one slow peer that bookkeeping was
     three quarters of the replica's CPU (64 million ``is_idle`` calls in a 100 s run), and
     runs queued behind it. Sixteen pools make each walk a sixteenth as long.
+
+    The spreading alone, for httpx's transports (``SpreadTransport``) and for those of the
+    httpx copy newer model SDKs use (``lantern.models.transport``); a ``closing`` wraps a
+    response body of the library's own kind so the body says when it is closed.
     """
 
-    def __init__(self, pools: Sequence[httpx.AsyncBaseTransport]) -> None:
+    def __init__(self, pools: Sequence[Any], closing: Callable[[Any, Callable[[], None]], Any]):
         self.pools = list(pools)
         self.open = [0] * len(self.pools)  # requests whose response is not closed yet
+        self._closing = closing
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: Any) -> Any:
         index = min(range(len(self.pools)), key=self.open.__getitem__)
         self.open[index] += 1
         try:
@@ -92,7 +98,7 @@ class SpreadTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self.open[index] -= 1
             raise
-        response.stream = _Closing(response.stream, lambda: self._closed(index))
+        response.stream = self._closing(response.stream, lambda: self._closed(index))
         return response
 
     def _closed(self, index: int) -> None:
@@ -103,13 +109,10 @@ class SpreadTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
-class _Closing(httpx.AsyncByteStream):
+class Closing:
     """A response body that says once when it is closed."""
 
-    def __init__(
-        self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, done: Callable[[], None]
-    ) -> None:
-        assert isinstance(stream, httpx.AsyncByteStream)
+    def __init__(self, stream: Any, done: Callable[[], None]) -> None:
         self._stream = stream
         self._done: Callable[[], None] | None = done
 
@@ -124,6 +127,21 @@ class _Closing(httpx.AsyncByteStream):
             if self._done is not None:
                 done, self._done = self._done, None
                 done()
+
+
+class _Closing(Closing, httpx.AsyncByteStream):
+    def __init__(
+        self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, done: Callable[[], None]
+    ) -> None:
+        assert isinstance(stream, httpx.AsyncByteStream)
+        super().__init__(stream, done)
+
+
+class SpreadTransport(Spreading, httpx.AsyncBaseTransport):
+    """httpx's transports, spread (see ``Spreading``)."""
+
+    def __init__(self, pools: Sequence[httpx.AsyncBaseTransport]) -> None:
+        super().__init__(pools, _Closing)
 
 
 @functools.cache

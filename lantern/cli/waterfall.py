@@ -65,6 +65,7 @@ _STYLE = {
     "retried": "magenta",
     "waiting": "blue",
     "skipped": "dim",
+    "stopped": "red",
 }
 
 
@@ -75,6 +76,7 @@ class StepRow:
     start: float  # seconds from run_started
     duration: float | None  # None while in flight
     # completed | failed | retried (another attempt follows) | waiting | in flight | skipped
+    # | stopped (open when the run ended: a cancel, or a sibling's failure)
     status: str
     attempt: int
     replayed: bool  # served from the journal by a later re-drive
@@ -117,6 +119,8 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
         elif e.kind == ev.RUN_RECOVERED:
             replayed.update(e.data.get("replayed", []))
             rerun.update(e.data.get("inFlight", []))
+    # A step still open when the run ended (cancelled, or a sibling failed) was stopped.
+    over = any(e.kind in ev.TERMINAL_KINDS for e in events)
     rows = []
     for (step, attempt), (at, node_type) in started.items():
         end = ended.get((step, attempt))
@@ -126,7 +130,7 @@ def step_rows(events: Sequence[Event]) -> list[StepRow]:
                 node_type=node_type,
                 start=(at - origin).total_seconds(),
                 duration=None if end is None else (end[0] - at).total_seconds(),
-                status="in flight" if end is None else end[1],
+                status=("stopped" if over else "in flight") if end is None else end[1],
                 attempt=attempt,
                 replayed=step in replayed,
                 rerun=step in rerun,
@@ -262,6 +266,9 @@ def render(
             f"  usage: {usage.model_calls} model call(s), {usage.input_tokens} input and"
             f" {usage.output_tokens} output tokens, ${usage.cost_usd:.6f}"
         )
+    for e in events:
+        if e.kind == ev.STEP_RESUMED and e.step_id and e.data.get("decision"):
+            console.print(f"  {e.step_id}: {decided(e.data)}")
     for e in recoveries:
         console.print(
             f"  recovered at seq {e.seq}: {e.data.get('fromWorker')} -> {e.data.get('toWorker')}"
@@ -288,3 +295,16 @@ def render(
             f" {by.get('worker', '?')} has {has}, so it left the run to one that has it."
             f" Once you know other code replays it: lantern runs resume {run.id} --version NEW"
         )
+
+
+def decided(data: Mapping[str, Any]) -> str:
+    """An approval's decision and who made it, as the browser's waterfall words it:
+    "approved by alice (key 1a2b3c4d5e6f): looks fine"."""
+    approver = data.get("approver") or {}
+    if approver.get("keyId"):
+        key = f"key {approver['keyId']}"
+        who = f"{approver['keyName']} ({key})" if approver.get("keyName") else key
+    else:
+        who = str(data.get("by") or "someone")
+    comment = f": {data['comment']}" if data.get("comment") else ""
+    return f"{data['decision']} by {who}{comment}"

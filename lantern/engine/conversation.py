@@ -84,7 +84,7 @@ class Conversation(Drive):
     def _interruptible(self, action: turns.CallModel | turns.CallTool) -> bool:
         if isinstance(action, turns.CallModel) or action.tool is None:
             return True
-        tool = self.host.app.tools.get(action.tool)
+        tool = self.host.app.tools_for(self.run.workspace).registered(action.tool)
         return tool is None or tool.interruptible
 
     async def _perform(
@@ -180,10 +180,10 @@ class Conversation(Drive):
     async def _model_turn(self, key: str, on_text: OnText | None) -> dict[str, Any]:
         specs = []
         # "server.*" names every tool of an MCP server, as the server lists them now.
-        workspace = self.run.workspace
-        names = tools.wire_names(await self.host.app.resolve_tools(self.agent.tools, workspace))
+        box = self.host.app.tools_for(self.run.workspace)
+        names = tools.wire_names(await box.resolve(self.agent.tools))
         for wire, name in names.items():
-            tool = await self.host.app.find_tool(name, workspace)
+            tool = await box.find(name)
             if tool is None:
                 raise StepError(
                     f"tool {name!r} is not registered in this process"
@@ -224,9 +224,8 @@ class Conversation(Drive):
     async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
         """The tool's answer; a failure goes back to the model as ``{"error": ...}``, but a
         tool that cannot be reached (ToolUnavailable) fails the step."""
-        tool = (
-            await self.host.app.find_tool(action.tool, self.run.workspace) if action.tool else None
-        )
+        box = self.host.app.tools_for(self.run.workspace)
+        tool = await box.find(action.tool) if action.tool else None
         if tool is None:
             return {"error": f"there is no tool {action.call.name!r}"}
         deliveries = self.deliveries(action.step, attempt)

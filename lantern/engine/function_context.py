@@ -23,21 +23,20 @@ from typing import Any, TypeVar
 
 from lantern.app import Approval, Context, ModelReply
 from lantern.effects.claims import Deliveries
-from lantern.engine import determinism, runs
+from lantern.engine import call_args, determinism, runs
 from lantern.engine import events as ev
 from lantern.engine.function_waits import resolved
 from lantern.engine.functions import FailedStep, FunctionDrive
-from lantern.engine.graph import RETRYABLE_CLASSES
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import Conflict, LanternError, NotFound, StepError, UsageError
 from lantern.ids import child_run_id
-from lantern.models import registry, tools
-from lantern.models.budget import spent_in
+from lantern.models import tools
 from lantern.models.call import call, journal_usage
-from lantern.models.records import Message, ModelRequest, ToolCall, ToolSpec, tool_calls_json
+from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.models.tools import offered
 from lantern.store.codec import dumps
+from lantern.store.records import RunUsage
 
 T = TypeVar("T")
 Draft = tuple[str, dict[str, Any], str | None, int | None]
@@ -105,7 +104,8 @@ class EngineContext(Context):
         name = determinism.check_name(name, "ctx.step")
         if not callable(fn):
             raise UsageError(f"ctx.step({name!r}, fn): fn must be a function, not {fn!r}")
-        policy, limit = _policy(retry, f"ctx.step({name!r})"), _limit(timeout_ms, name)
+        policy = call_args.retry_policy(retry, f"ctx.step({name!r})")
+        limit = _limit(timeout_ms, name)
         data = {"type": "step", "function": getattr(fn, "__qualname__", repr(fn))[:200]}
 
         async def work(_: _Attempt) -> Any:
@@ -128,22 +128,16 @@ class EngineContext(Context):
     ) -> ModelReply:
         d = self._drive("model")
         name = determinism.check_name(name, "ctx.model")
-        if not isinstance(model, str) or not model:
-            raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
-        problem = registry.model_problem(model, d.host.models.routes)
-        if problem is not None:
-            raise UsageError(f"ctx.model({model!r}): {problem}")
-        conversation = _messages(prompt, messages)
-        specs = _tool_specs(d, tools or ())
-        policy = _policy(retry, f"ctx.model({name!r})")
+        model = call_args.model_name(model, d.host.models.routes)
+        conversation = call_args.messages(prompt, messages)
+        missing = "(use @app.tool or app.mcp)"
+        box = d.host.app.tools_for(d.run.workspace)
+        specs = call_args.tool_specs(box, tools or (), missing=missing)
+        policy = call_args.retry_policy(retry, f"ctx.model({name!r})", "model")
         budget = None if d.agent is None else d.agent.budget  # the pinned version's
 
-        def spent() -> Any:
-            return spent_in(
-                out.get("usage")
-                for s, out in d.outputs.items()
-                if d.types.get(s) == "llm" and isinstance(out, dict)
-            )
+        def spent() -> RunUsage:
+            return call_args.model_spent(d.outputs, d.types)
 
         async def work(a: _Attempt) -> Any:
             request = ModelRequest(
@@ -153,7 +147,7 @@ class EngineContext(Context):
                 system=system,
                 temperature=temperature,
                 max_tokens=max_tokens,
-                tools=await offered(d.host.app, specs),
+                tools=await offered(box, specs),
             )
             # The text streams to whoever follows the run here as it is generated (never
             # journaled); a retry's attempt starts a new buffer that replaces this one's.
@@ -175,8 +169,8 @@ class EngineContext(Context):
     async def tool(self, name: str, /, **args: Any) -> Any:
         d = self._drive("tool")
         name = determinism.check_name(name, "ctx.tool")
-        app = d.host.app
-        if not app.has_tool(name, d.run.workspace):
+        box = d.host.app.tools_for(d.run.workspace)
+        if not box.has(name):
             raise UsageError(
                 f"ctx.tool({name!r}): no such tool is registered (use @app.tool or app.mcp)"
             )
@@ -188,7 +182,7 @@ class EngineContext(Context):
         async def work(a: _Attempt) -> Any:
             # An MCP server's tool is looked up inside the step: a server that is down fails
             # the step (ToolUnavailable: class tool, retryable), as in a graph.
-            found = await app.find_tool(name, d.run.workspace)
+            found = await box.find(name)
             if found is None:
                 raise StepError(
                     f"tool {name!r}: its MCP server has no such tool", error_class="tool"
@@ -268,8 +262,7 @@ class EngineContext(Context):
                 data["onTimeout"] = on_timeout
             return data
 
-        answer = await self._wait(name, {"type": "approval"}, wait)
-        return Approval(answer.get("decision", "rejected"), answer.get("by"), answer.get("comment"))
+        return Approval.from_json(await self._wait(name, {"type": "approval"}, wait))
 
     async def run_agent(self, name: str, input: Any) -> Any:
         d = self._drive("run_agent")
@@ -495,73 +488,12 @@ async def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     return result
 
 
-def _policy(retry: Any, where: str) -> RetryPolicy:
-    if retry is None:
-        return RetryPolicy()
-    if not isinstance(retry, Mapping):
-        raise UsageError(f"{where}: retry must be a mapping such as {{'maxAttempts': 3}}")
-    attempts = retry.get("maxAttempts", 1)
-    backoff = retry.get("backoffMs", 0)
-    classes = retry.get("retryableClasses", ["any"])
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 100:
-        raise UsageError(f"{where}: retry maxAttempts must be an integer from 1 to 100")
-    if isinstance(backoff, bool) or not isinstance(backoff, int) or backoff < 0:
-        raise UsageError(f"{where}: retry backoffMs must be an integer >= 0")
-    if not isinstance(classes, list | tuple) or not set(classes) <= RETRYABLE_CLASSES:
-        known = ", ".join(sorted(RETRYABLE_CLASSES))
-        raise UsageError(f"{where}: retry retryableClasses are some of {known}")
-    return RetryPolicy.of({"retry": {**retry, "retryableClasses": list(classes)}})
-
-
 def _limit(timeout_ms: Any, name: str) -> float | None:
     if timeout_ms is None:
         return None
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
         raise UsageError(f"{name!r}: timeout_ms must be a positive integer")
     return timeout_ms / 1000
-
-
-def _messages(
-    prompt: str | None, messages: Sequence[Mapping[str, Any]] | None
-) -> tuple[Message, ...]:
-    out: list[Message] = []
-    if prompt is not None:
-        if not isinstance(prompt, str):
-            raise UsageError("ctx.model: prompt must be a string")
-        out.append(Message("user", prompt))
-    for m in messages or ():
-        role = m.get("role") if isinstance(m, Mapping) else None
-        if role not in ("user", "assistant", "tool") or not isinstance(m.get("content"), str):
-            raise UsageError(
-                "ctx.model: each message is {'role': 'user'|'assistant'|'tool', 'content': str}"
-            )
-        calls = tuple(ToolCall.from_json(c) for c in m.get("toolCalls") or ())
-        out.append(Message(role, m["content"], calls, m.get("toolCallId")))
-    if not out:
-        raise UsageError("ctx.model: give a prompt or messages")
-    return tuple(out)
-
-
-def _tool_specs(
-    d: FunctionDrive, given: Sequence[str | Mapping[str, Any]]
-) -> tuple[str | ToolSpec, ...]:
-    """The tools a ctx.model call names, checked now; names are looked up when the step runs
-    (``tools.offered``), so a replayed step needs no MCP server started."""
-    specs: list[str | ToolSpec] = []
-    for t in given:
-        if isinstance(t, str):
-            if not d.host.app.has_tool(t, d.run.workspace):
-                raise UsageError(
-                    f"ctx.model: no tool {t!r} is registered (use @app.tool or app.mcp)"
-                )
-            specs.append(t)
-        elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
-            specs.append(
-                ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))
-            )
-        else:
-            raise UsageError("ctx.model: tools are tool names or {name, description, parameters}")
-    return tuple(specs)
 
 
 class BlockingContext:

@@ -22,7 +22,7 @@ import functools
 from typing import Any
 
 from lantern import limits
-from lantern.app import App
+from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.drive import Drive, DriveHost, Retry
@@ -336,7 +336,7 @@ class GraphDrive(Drive):
             else timeout_s(node.data, self.graph.timeout_ms, self.host.step_timeout)
         )
         task = self.perform(step, attempt, with_secrets(executor_for(node.type))(ctx), limit)
-        if not _interruptible(self.host.app, node):
+        if not _interruptible(self.host.app.tools_for(self.run.workspace), node):
             self.uninterruptible.add(task)
         task.add_done_callback(lambda _: self.host.live.finished(self.run.id, step, attempt))
         self.tasks[task] = step
@@ -384,9 +384,9 @@ def _times_itself(node: Node) -> bool:
     return node.type == "connector" and node.data.get("connector", "http") == "http"
 
 
-def _interruptible(app: App, node: Node) -> bool:
+def _interruptible(box: Toolbox, node: Node) -> bool:
     """False for a tool node whose tool is a sync function (it runs in a thread)."""
     if node.type != "tool":
         return True
-    tool = app.tools.get(str(node.data.get("tool")))
+    tool = box.registered(str(node.data.get("tool")))
     return tool is None or tool.interruptible

@@ -10,7 +10,7 @@ from anthropic import AsyncAnthropic
 
 from lantern import outbound
 from lantern.errors import StepError
-from lantern.models import errors
+from lantern.models import errors, transport
 from lantern.models.clients import PerLoop
 from lantern.models.records import (
     Message,
@@ -40,16 +40,20 @@ JSON_INSTRUCTION = "Answer with one JSON object and nothing else."
 
 def _client() -> AsyncAnthropic:
     try:
-        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait.
-        # The SDK's own httpx (a copy in recent versions): its Limits class, not ours.
-        return AsyncAnthropic(
-            max_retries=0,
-            timeout=anthropic.Timeout(TIMEOUT_S, pool=None),
-            http_client=anthropic.DefaultAsyncHttpxClient(
+        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait, and
+        # spread over several pools (lantern.models.transport). Behind a proxy, the SDK's own
+        # client: its own httpx (a copy in recent versions), its Limits class, not ours.
+        http_client = transport.http_client(
+            anthropic.DEFAULT_CONNECTION_LIMITS, socket_options=transport.keepalive_options()
+        )
+        if http_client is None:
+            http_client = anthropic.DefaultAsyncHttpxClient(
                 limits=type(anthropic.DEFAULT_CONNECTION_LIMITS)(
                     max_connections=None, max_keepalive_connections=outbound.MAX_KEEPALIVE
                 )
-            ),
+            )
+        return AsyncAnthropic(
+            max_retries=0, timeout=anthropic.Timeout(TIMEOUT_S, pool=None), http_client=http_client
         )
     except anthropic.AnthropicError as exc:
         raise StepError(

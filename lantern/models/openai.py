@@ -11,7 +11,7 @@ from openai import AsyncOpenAI
 
 from lantern import outbound
 from lantern.errors import StepError
-from lantern.models import errors
+from lantern.models import errors, transport
 from lantern.models.clients import PerLoop
 from lantern.models.records import (
     Message,
@@ -28,16 +28,18 @@ TIMEOUT_S = 120.0
 
 def _client() -> AsyncOpenAI:
     try:
-        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait.
-        # The SDK's own httpx (a copy in recent versions): its Limits class, not ours.
-        return AsyncOpenAI(
-            max_retries=0,
-            timeout=openai.Timeout(TIMEOUT_S, pool=None),
-            http_client=openai.DefaultAsyncHttpxClient(
+        # Sized as connectors are (lantern.outbound): no local pool limit, no pool wait, and
+        # spread over several pools (lantern.models.transport). Behind a proxy, the SDK's own
+        # client: its own httpx (a copy in recent versions), its Limits class, not ours.
+        http_client = transport.http_client(openai.DEFAULT_CONNECTION_LIMITS)
+        if http_client is None:
+            http_client = openai.DefaultAsyncHttpxClient(
                 limits=type(openai.DEFAULT_CONNECTION_LIMITS)(
                     max_connections=None, max_keepalive_connections=outbound.MAX_KEEPALIVE
                 )
-            ),
+            )
+        return AsyncOpenAI(
+            max_retries=0, timeout=openai.Timeout(TIMEOUT_S, pool=None), http_client=http_client
         )
     except openai.OpenAIError as exc:
         raise StepError(

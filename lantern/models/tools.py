@@ -16,7 +16,7 @@ from typing import Any, Literal, get_type_hints
 
 import pydantic
 
-from lantern.app import App, Tool
+from lantern.app import Tool, Toolbox
 from lantern.errors import StepError
 from lantern.models.records import ToolSpec
 
@@ -35,11 +35,11 @@ def wire_names(tools: Sequence[str]) -> dict[str, str]:
     return out
 
 
-async def offered(app: App, given: Sequence[str | ToolSpec]) -> tuple[ToolSpec, ...]:
-    """What a model step offers for ``given``: each tool name (checked with ``App.has_tool``
-    when the call was made) looked up when the step runs, so an MCP server's tool starts its
-    server then (a replayed step needs no server; one that is down raises ToolUnavailable, so
-    the step fails retryable), and each spec as it is."""
+async def offered(box: Toolbox, given: Sequence[str | ToolSpec]) -> tuple[ToolSpec, ...]:
+    """What a model step offers for ``given``: each tool name (checked with ``Toolbox.has``
+    when the call was made) looked up in the run's ``box`` when the step runs, so an MCP
+    server's tool starts its server then (a replayed step needs no server; one that is down
+    raises ToolUnavailable, so the step fails retryable), and each spec as it is."""
     names = [t for t in given if isinstance(t, str)]
     wires = {name: wire for wire, name in wire_names(names).items()}
     out: list[ToolSpec] = []
@@ -47,7 +47,7 @@ async def offered(app: App, given: Sequence[str | ToolSpec]) -> tuple[ToolSpec, 
         if isinstance(t, ToolSpec):
             out.append(t)
             continue
-        found = await app.find_tool(t)
+        found = await box.find(t)
         if found is None:
             raise StepError(f"tool {t!r}: its MCP server has no such tool", error_class="tool")
         out.append(spec(found, wires[t]))

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from lantern.app import App, ToolContext
+from lantern.app import App, Toolbox, ToolContext
 from lantern.effects.claims import Deliveries
 from lantern.models import registry
 from lantern.models.budget import Gate
@@ -51,6 +51,11 @@ class StepContext:
     # Where a model step sends its answer's pieces as they are generated (live text).
     on_text: Callable[[str], None] | None = None
     workspace: str = ""  # the run's: which of the app's tools it may call
+
+    @property
+    def tools(self) -> Toolbox:
+        """The app's tools as this run's workspace sees them."""
+        return self.app.tools_for(self.workspace)
 
     def render(self, field: str, default: Any = None) -> Any:
         """The node's ``data[field]`` with its templates rendered."""

@@ -38,7 +38,7 @@ async def gate(ctx: StepContext, prompt: str, output: dict[str, Any]) -> Noted:
         score, detail = await _self_rating(ctx, prompt, output)
     else:
         name = evaluator.removeprefix("tool:")
-        tool = await ctx.app.find_tool(name, ctx.workspace)
+        tool = await ctx.tools.find(name)
         if tool is None:
             bypassed = {
                 "threshold": threshold,

@@ -11,7 +11,7 @@ from lantern.observability import logs
 
 async def execute(ctx: StepContext) -> Any:
     name = ctx.node.data["tool"]
-    tool = await ctx.app.find_tool(name, ctx.workspace)
+    tool = await ctx.tools.find(name)
     if tool is None:
         raise StepError(
             f"tool {name!r} is not registered in this process (load it with --app MODULE:OBJECT)",

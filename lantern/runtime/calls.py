@@ -23,22 +23,20 @@ error, 422).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import runs
-from lantern.engine.function_context import _messages, _policy  # the in-process checks
+from lantern.engine import call_args, runs
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import Conflict, NotFound, StepError, UsageError
 from lantern.ids import child_run_id
 from lantern.models import registry, tools
-from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
-from lantern.models.records import ModelRequest, ToolSpec, tool_calls_json
+from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.store.base import Store
 from lantern.store.records import Lease, Run, RunUsage
 
@@ -85,16 +83,11 @@ def _model(
     models: registry.Models,
     spent: Callable[[], RunUsage],
 ) -> Prepared:
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise UsageError(f"ctx.model: the model must be a model name, not {model!r}")
-    problem = registry.model_problem(model, models.routes)
-    if problem is not None:
-        raise UsageError(f"ctx.model({model!r}): {problem}")
+    model = call_args.model_name(request.get("model"), models.routes)
     prompt, messages = request.get("prompt"), request.get("messages")
     if messages is not None and not isinstance(messages, list):
         raise UsageError("ctx.model: messages must be a list")
-    conversation = _messages(prompt, messages)
+    conversation = call_args.messages(prompt, messages)
     system = request.get("system")
     if system is not None and not isinstance(system, str):
         raise UsageError("ctx.model: system must be a string")
@@ -107,8 +100,10 @@ def _model(
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
         raise UsageError("ctx.model: max_tokens must be a positive integer")
-    specs = _tool_specs(app, request.get("tools") or [], run.workspace)
-    policy = _policy(request.get("retry"), "ctx.model")
+    missing = "on the control plane's App"
+    box = app.tools_for(run.workspace)
+    specs = call_args.tool_specs(box, request.get("tools") or [], missing=missing)
+    policy = call_args.retry_policy(request.get("retry"), "ctx.model", "model")
 
     async def work(attempt: int, key: str) -> Any:
         ask = ModelRequest(
@@ -118,7 +113,7 @@ def _model(
             system=system,
             temperature=temperature,
             max_tokens=max_tokens,
-            tools=await tools.offered(app, specs),
+            tools=await tools.offered(box, specs),
         )
         result = await call(models, ask, gate(store, run, None, spent, models))
         output = result.output()
@@ -136,7 +131,8 @@ def _tool(
         raise UsageError("ctx.tool: the tool name must be a string")
     if not isinstance(args, dict):
         raise UsageError(f"ctx.tool({name!r}): the arguments must be an object")
-    if not app.has_tool(name, run.workspace):
+    box = app.tools_for(run.workspace)
+    if not box.has(name):
         raise UsageError(
             f"ctx.tool({name!r}): no such tool is registered on the control plane's App"
             " (use @app.tool or app.mcp in the --app that lantern serve loads)"
@@ -145,7 +141,7 @@ def _tool(
     async def work(attempt: int, key: str) -> Any:
         # An MCP server's tool is looked up inside the step: a server that is down fails the
         # step (class tool, retryable), as in-process.
-        found = await app.find_tool(name, run.workspace)
+        found = await box.find(name)
         if found is None:
             raise StepError(f"tool {name!r}: its MCP server has no such tool", error_class="tool")
         try:
@@ -244,37 +240,6 @@ def prepare_wait(
 
         return Wait({"type": "subagent", "agentName": name}, child)
     raise UsageError(f"call kind {kind!r} is not a wait: use one of {', '.join(WAITS)}")
-
-
-def _tool_specs(app: App, given: Any, workspace: str) -> tuple[str | ToolSpec, ...]:
-    """The tools a ctx.model call names, checked now; names are looked up when the step runs
-    (``tools.offered``), so a replayed step needs no MCP server started."""
-    if not isinstance(given, list):
-        raise UsageError("ctx.model: tools must be a list")
-    specs: list[str | ToolSpec] = []
-    for t in given:
-        if isinstance(t, str):
-            if not app.has_tool(t, workspace):
-                raise UsageError(
-                    f"ctx.model: no tool {t!r} is registered on the control plane's App"
-                )
-            specs.append(t)
-        elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
-            specs.append(
-                ToolSpec(t["name"], str(t.get("description", "")), dict(t.get("parameters") or {}))
-            )
-        else:
-            raise UsageError("ctx.model: tools are tool names or {name, description, parameters}")
-    return tuple(specs)
-
-
-def model_spent(outputs: Mapping[str, Any], types: Mapping[str, str]) -> RunUsage:
-    """What the run's model steps have spent so far (the run budget's gate reads it)."""
-    return spent_in(
-        out.get("usage")
-        for s, out in outputs.items()
-        if types.get(s) == "llm" and isinstance(out, dict)
-    )
 
 
 def _no_usage(output: Any) -> None:

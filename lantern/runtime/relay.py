@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern.app import App
-from lantern.engine import commits, determinism
+from lantern.engine import call_args, commits, determinism
 from lantern.engine import events as ev
 from lantern.engine.drive import observed
 from lantern.engine.function_waits import resolved
@@ -150,7 +150,7 @@ class Relay:
                 store=self.store,
                 app=self.app,
                 models=self.models,
-                spent=lambda: calls.model_spent(state.outputs, types),
+                spent=lambda: call_args.model_spent(state.outputs, types),
             )
             due: int | None = None
             if step in state.retrying:  # a backoff the VM's loss cut short

@@ -35,7 +35,7 @@ class Services:
         app = self.app
         if app is None or not (app.tools or app.mcp_servers):
             return None
-        return lambda name: app.has_tool(name, workspace)
+        return app.tools_for(workspace).has
 
 
 def services(request: Request) -> Services:

@@ -25,9 +25,16 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
+
+from lantern.workload.channel import ChannelError
+from lantern.workload.replies import Approval, ModelReply, key_for
+
+# What the control plane answers a call that is itself wrong (422: a tool or model it does not
+# have, bad arguments; 413: too large). Asked again, it gets the same answer: the workload's
+# error, not a lost VM to resume.
+REFUSED = (413, 422)
 
 _RESUMED = False
 _current_step: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
@@ -54,42 +61,14 @@ class StepFailed(Exception):
     plane performed, or a step of this run that failed before."""
 
 
+class CallRefused(Exception):
+    """The control plane refused a ``ctx.model``, ``ctx.tool`` or wait as bad input (a tool or
+    model it does not have, arguments it cannot take); nothing was journaled. Uncaught, the run
+    fails with it, as the same call in-process raises ``lantern.UsageError``."""
+
+
 class Unsupported(Exception):
     """A Context property read where it means nothing (``idempotency_key`` outside a step)."""
-
-
-@dataclass(frozen=True)
-class Approval:
-    """The decision at an approval step (``lantern.Approval``'s fields)."""
-
-    decision: str  # "approved" or "rejected"
-    by: str | None = None
-    comment: str | None = None
-
-    @property
-    def approved(self) -> bool:
-        return self.decision == "approved"
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    """A model step's answer as the journal holds it (``lantern.ModelReply``'s fields)."""
-
-    text: str
-    model: str | None = None
-    provider: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=dict)
-    tool_calls: tuple[Mapping[str, Any], ...] = ()  # each {id, name, arguments}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ModelReply:
-        return cls(
-            text=str(data.get("text") or ""),
-            model=data.get("model"),
-            provider=data.get("provider"),
-            usage=dict(data.get("usage") or {}),
-            tool_calls=tuple(dict(c) for c in data.get("toolCalls") or ()),
-        )
 
 
 def idempotency_key(run_id: str, step_id: str, attempt: int) -> str:
@@ -134,7 +113,7 @@ class Context:
         return idempotency_key(self.run_id, *current)
 
     def key_for(self, name: str) -> str:
-        return hashlib.sha256(f"{self.idempotency_key}|{name}".encode()).hexdigest()
+        return key_for(self.idempotency_key, name)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -263,8 +242,7 @@ class Context:
             "timeoutMs": timeout_ms,
             "onTimeout": on_timeout,
         }
-        answer = await self._remote(name, request)
-        return Approval(answer.get("decision", "rejected"), answer.get("by"), answer.get("comment"))
+        return Approval.from_json(await self._remote(name, request))
 
     async def run_agent(self, name: str, input: Any) -> Any:
         """Start the agent ``name`` as a child run (a deterministic id) and wait for its end:
@@ -299,9 +277,14 @@ class Context:
             return self._completed[step_id]
         # On a thread: a model call or a wait takes a while, and the workload's other tasks
         # (pure computation; steps' reports wait for the channel) go on meanwhile.
-        answer = await asyncio.to_thread(
-            self._channel.ask, "call", stepId=step_id, position=position, call=request
-        )
+        try:
+            answer = await asyncio.to_thread(
+                self._channel.ask, "call", stepId=step_id, position=position, call=request
+            )
+        except ChannelError as exc:
+            if exc.status in REFUSED:
+                raise CallRefused(str(exc)) from None
+            raise
         if "error" in answer:
             error = answer["error"]
             raise StepFailed(f"step {step_id!r} failed: {error.get('message', error)}")

@@ -103,6 +103,8 @@ def test_approve_reject_and_cancel_through_the_server(api_server: Server) -> Non
         assert rejected.returncode == 0 and "rejected" in rejected.stdout, rejected.stderr
 
         assert api.get(f"/v1/runs/{first}", params={"wait": 30}).json()["status"] == "succeeded"
+        shown = lantern(api_server, key, "runs", "show", first).stdout  # the terminal waterfall
+        assert f"ok: approved by carol (key {key.split('_')[1]}): ok by me" in shown, shown
         run = api.get(f"/v1/runs/{second}", params={"wait": 30}).json()
         assert run["status"] == "failed" and "rejected by carol: no" in run["error"]["message"]
         assert lantern(api_server, key, "approvals", "list").stdout.strip() == (

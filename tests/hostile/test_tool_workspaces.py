@@ -4,6 +4,7 @@ workspace from its ToolContext (a real `lantern serve` with the app loaded)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,5 +106,17 @@ def test_workspaces_must_be_a_list_of_names() -> None:
 def test_an_mcp_server_for_some_workspaces_hides_all_its_tools_from_the_rest() -> None:
     app = App()
     app.mcp("notes", command=["true"], workspaces=["acme"])  # never started: names only
-    assert app.has_tool("notes.add", "acme") and app.has_tool("notes.add", None)
-    assert not app.has_tool("notes.add", "globex")
+    assert app.tools_for("acme").has("notes.add")
+    assert not app.tools_for("globex").has("notes.add")
+
+
+def test_every_lookup_of_another_workspaces_tool_finds_nothing() -> None:
+    app = App()
+    app.tool("ledger", workspaces=["acme"])(lambda: None)
+    app.mcp("notes", command=["false"], workspaces=["acme"])  # started, it would fail
+    theirs, mine = app.tools_for("globex"), app.tools_for("acme")
+    assert mine.has("ledger") and mine.registered("ledger") is not None
+    assert not theirs.has("ledger") and theirs.registered("ledger") is None
+    assert asyncio.run(theirs.find("ledger")) is None
+    assert asyncio.run(theirs.find("notes.add")) is None  # not even started
+    assert asyncio.run(theirs.resolve(["ledger", "notes.*", "notes.add"])) == []

@@ -122,3 +122,15 @@ def test_ctx_model_asks_the_control_plane_and_a_replay_is_served() -> None:
     [(op, fields)] = channel.asked
     assert (op, fields["stepId"], fields["position"]) == ("call", "model#2", 2)
     assert fields["call"]["kind"] == "model" and fields["call"]["prompt"] == "Again"
+
+
+def test_a_workload_gets_the_reply_and_decision_types_an_in_process_agent_gets() -> None:
+    import lantern
+    import lantern.workload
+
+    # One definition for both sides: a workload can check isinstance(reply, lantern.ModelReply).
+    assert lantern.workload.ModelReply is lantern.ModelReply
+    assert lantern.workload.Approval is lantern.Approval
+    reply = lantern.ModelReply.from_json({"text": "hi", "toolCalls": [{"id": "1", "name": "t"}]})
+    assert (reply.text, reply.tool_calls) == ("hi", ({"id": "1", "name": "t"},))
+    assert not lantern.Approval.from_json({}).approved  # no decision journaled: rejected

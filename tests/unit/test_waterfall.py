@@ -208,3 +208,62 @@ def test_a_step_parked_at_an_approval_reads_waiting_until_it_completes() -> None
     j.add(9000, "step_completed", {"output": {"decision": "approved"}}, "ok", 1)
     row = step_rows(j.events)[-1]
     assert (row.status, row.duration) == ("completed", 8.995)
+
+
+def cancelled_run(status: str = "cancelled") -> Run:
+    return Run(
+        id="run_1",
+        workspace="default",
+        agent_name="review",
+        agent_version=1,
+        status=status,
+        input={},
+        output=None,
+        error=None,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def test_a_step_open_when_the_run_was_cancelled_reads_stopped() -> None:
+    j = Journal()
+    j.add(0, "run_started").started(0, "start", type="trigger").completed(0, "start")
+    j.started(5, "slow")
+    assert step_rows(j.events)[-1].status == "in flight"
+    j.add(2000, "run_cancelled", {"reason": "api"})
+    assert step_rows(j.events)[-1].status == "stopped"
+    out = io.StringIO()
+    render(cancelled_run(), j.events, Console(file=out, width=160, color_system=None))
+    slow = next(line for line in out.getvalue().splitlines() if line.startswith("slow "))
+    assert "stopped" in slow and "in flight" not in slow
+
+
+@pytest.mark.parametrize(
+    "resumed, words",
+    [
+        (
+            {
+                "decision": "approved",
+                "by": "key:1a2b3c4d5e6f",
+                "approver": {"keyId": "1a2b3c4d5e6f", "keyName": "alice"},
+                "comment": "looks fine",
+            },
+            "ok: approved by alice (key 1a2b3c4d5e6f): looks fine",
+        ),
+        (
+            {"decision": "rejected", "by": "key:9f8e", "approver": {"keyId": "9f8e"}},
+            "ok: rejected by key 9f8e",
+        ),
+        ({"decision": "approved", "by": "cli:ada", "comment": None}, "ok: approved by cli:ada"),
+    ],
+)
+def test_the_waterfall_says_who_decided_an_approval(resumed: dict[str, Any], words: str) -> None:
+    j = Journal()
+    j.add(0, "run_started").started(0, "start", type="trigger").completed(0, "start")
+    j.add(5, "step_started", {"type": "approval"}, "ok", 1)
+    j.add(6, "step_waiting", {"kind": "approval", "prompt": "Go?"}, "ok", 1)
+    j.add(900, "step_resumed", resumed, "ok", 1)
+    j.add(900, "step_completed", {"output": resumed}, "ok", 1)
+    out = io.StringIO()
+    render(cancelled_run("succeeded"), j.events, Console(file=out, width=160, color_system=None))
+    assert words in [line.strip() for line in out.getvalue().splitlines()], out.getvalue()

@@ -102,3 +102,8 @@ async def looks_around(ctx):
         return {"tmp": seen, "env": env, "resumed": resumed()}
 
     return await ctx.step("look", look)
+
+
+async def asks_wrong(ctx):
+    """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
+    return await ctx.tool("no-such-tool")
