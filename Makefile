@@ -38,7 +38,7 @@ chromium:
 	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
 		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
-# The microVM tier's drivers (CONTRACT §11): bubblewrap, gVisor's runsc, QEMU and the kernel
+# The microVM tier's drivers (docs/runtime.md): bubblewrap, gVisor's runsc, QEMU and the kernel
 # and busybox the qemu driver's image is built from. All from Debian; nothing downloaded at run time.
 RUNTIME_PACKAGES := bubblewrap runsc qemu-system-x86 linux-image-cloud-amd64 busybox-static lz4
 runtime-packages:

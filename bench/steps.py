@@ -16,7 +16,7 @@ shared machine hits every figure alike.
 Targets (from the issue): the sequential per-step overhead is at most 2x one committed INSERT,
 and at 32 concurrent runs on PostgreSQL Lantern makes at least 1,500 steps/s.
 
-The same rounds also drive a code-first agent (CONTRACT §10) doing the same work: a function
+The same rounds also drive a code-first agent (docs/code-agents.md) doing the same work: a function
 making the 10 no-op steps as ``await ctx.step(...)`` calls, sequentially and ``--concurrency``
 runs at a time, interleaved with the graph runs so the two paths are compared within one run
 (which of the two goes first alternates round by round). Its figure is the median over rounds

@@ -3,8 +3,8 @@
 code-first agent's function receives (docs/code-agents.md).
 
 ``Context`` is abstract on purpose: the engine drives it in-process (``engine/functions.py``)
-and a microVM workload gets the same methods over its channel to the control plane (§11), so
-one function runs either way unchanged.
+and a microVM workload gets the same methods over its channel to the control plane
+(docs/runtime.md), so one function runs either way unchanged.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ class Settings:
     max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
     body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
-    node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost (§11)
+    node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost
     runtime_driver: str = "auto"  # LANTERN_RUNTIME_DRIVER: what `lantern node` isolates with
     models: ModelSettings = field(default_factory=ModelSettings)  # routes, prices, budgets
     tool_threads: int = DEFAULT_TOOL_THREADS  # LANTERN_TOOL_THREADS: sync tools' thread pool

@@ -22,7 +22,7 @@ from tests.server import Server
 BACKENDS = ["sqlite", "postgres"]
 
 # Test peers (receivers, fake providers) listen on loopback, which tenant URLs may not reach
-# by default (CONTRACT §12): the harness allows it, for in-process workers and every server a
+# by default (docs/security.md): the harness allows it, for in-process workers and every server a
 # test starts. tests/hostile/ start their servers with the policy they test instead.
 LOOPBACK_ALLOW = "127.0.0.1,::1,localhost"
 os.environ.setdefault("LANTERN_EGRESS_ALLOW", LOOPBACK_ALLOW)

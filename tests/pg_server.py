@@ -1,4 +1,4 @@
-"""Make sure the PostgreSQL the tests use answers (CONTRACT §9).
+"""Make sure the PostgreSQL the tests use answers (the README's Quick start).
 
 `ensure`: if nothing answers at LANTERN_TEST_DATABASE_URL, start the machine's cluster with
 its own tools, or failing that a throwaway server from the local binaries, and write the URL

@@ -61,7 +61,7 @@ class Server:
             "LANTERN_WORKER_ID": f"test-{self.port}",
             "PYTHONPATH": str(ROOT),
             "LANTERN_DATA_DIR": str(self.log.parent),  # its receipt signing key
-            # Test peers are on loopback (CONTRACT §12); a test of the policy overrides this.
+            # Test peers are on loopback (docs/security.md); a test of the policy overrides this.
             "LANTERN_EGRESS_ALLOW": os.environ.get("LANTERN_EGRESS_ALLOW") or "127.0.0.1,::1",
             "LANTERN_RATE_LIMIT": os.environ.get("LANTERN_RATE_LIMIT", "0"),
             **self.env,

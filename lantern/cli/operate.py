@@ -22,6 +22,7 @@ from lantern.engine.cancel import cancel_run
 from lantern.engine.rerun import retry_run
 from lantern.engine.runs import DEFAULT_WORKSPACE
 from lantern.errors import Conflict, NotFound, UsageError
+from lantern.models import router
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{28}$")
 MAX_COMMENT = 10_000
@@ -173,7 +174,8 @@ def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: 
                 found = await store.get_run(run_id)
                 if found is None:
                     raise NotFound(f"run {run_id} not found")
-                made = await retry_run(store, found, from_step)
+                routes = router.configured(s.models.routes, s.models.routes_file)
+                made = await retry_run(store, found, from_step, routes=routes)
         click.echo(made.id)
 
     run(body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -68,14 +69,19 @@ def check() -> None:
 @runtime.command("nodes")
 def nodes() -> None:
     """The runtime nodes, their drivers, capacity and heartbeats."""
-    from lantern.cli.common import opened, settings
+    from lantern.cli.common import opened, remote, settings
     from lantern.runtime.views import node_json
 
     s = settings(click.get_current_context())
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = [node_json(n, s.node_ttl) for n in await store.list_nodes()]
+        api = remote()  # with LANTERN_URL, that server's nodes (the key needs admin)
+        if api is not None:
+            async with api:
+                found = await api.runtime_nodes()
+        else:
+            async with opened(s) as store:
+                found = [node_json(n, s.node_ttl) for n in await store.list_nodes()]
         table = Table("node", "driver", "state", "running", "capacity", "labels", "heartbeat")
         for n in found:
             labels = ",".join(f"{k}={v}" for k, v in n["labels"].items())
@@ -92,16 +98,29 @@ def nodes() -> None:
 @click.argument("run_id", required=False)
 def vms(run_id: str | None) -> None:
     """VMs, newest first (or RUN_ID's, oldest first): node, driver, state and why it ended."""
-    from lantern.cli.common import opened, settings
+    from lantern.cli.common import opened, remote, settings
+    from lantern.errors import UsageError
     from lantern.runtime.views import vm_json
 
     s = settings(click.get_current_context())
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = await store.run_vms(run_id) if run_id else await store.list_vms()
+        found: list[dict[str, Any]]
+        api = remote()  # with LANTERN_URL, one run's VMs from that server
+        if api is not None:
+            if not run_id:
+                raise UsageError(
+                    "through LANTERN_URL, runtime vms needs a RUN_ID (the API lists one"
+                    " run's VMs); unset LANTERN_URL to list every VM in the database"
+                )
+            async with api:
+                found = await api.vms(run_id)
+        else:
+            async with opened(s) as store:
+                vms = await store.run_vms(run_id) if run_id else await store.list_vms()
+            found = [vm_json(v) for v in vms]
         table = Table("vm", "run", "attempt", "node", "driver", "state", "reason", "exit")
-        for v in map(vm_json, found):
+        for v in found:
             table.add_row(
                 v["vmId"], v["runId"], str(v["attempt"]), v["nodeId"], v["driver"], v["state"],
                 v["reason"] or "", "" if v["exitCode"] is None else str(v["exitCode"]),

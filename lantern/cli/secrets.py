@@ -1,20 +1,25 @@
 """`lantern secrets set|list|delete`: a workspace's secrets (docs/security.md).
 
 A value is read from stdin, never from an argument (which would sit in the shell's history
-and in every process listing), and never printed back: `list` shows names and times.
+and in every process listing), and never printed back: `list` shows names and times. With
+LANTERN_URL set each goes to that server (its sealing key, the API key's workspace), as every
+command that has an API does.
 """
 
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 
 import click
+from click.core import ParameterSource
 from rich.table import Table
 
-from lantern.cli.common import console, opened, run, settings, with_database
+from lantern.cli.common import console, opened, remote, run, settings, with_database
 from lantern.config import Settings
 from lantern.engine.runs import DEFAULT_WORKSPACE
 from lantern.errors import NotFound, UsageError
+from lantern.sdk import AsyncClient
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
@@ -38,6 +43,18 @@ def _workspace(name: str) -> str:
     return name
 
 
+def _remote() -> AsyncClient | None:
+    """The server LANTERN_URL names, whose key decides the workspace: --workspace is for the
+    database only."""
+    api = remote()
+    ctx = click.get_current_context()
+    if api is not None and ctx.get_parameter_source("workspace") == ParameterSource.COMMANDLINE:
+        raise UsageError(
+            "--workspace is for the database: through LANTERN_URL the key's workspace is used"
+        )
+    return api
+
+
 @secrets.command("set")
 @click.argument("name")
 @Workspace
@@ -50,10 +67,16 @@ def set_secret(ctx: click.Context, name: str, workspace: str, database_url: str 
 
     async def body() -> None:
         _workspace(workspace)
+        api = _remote()  # where it goes is settled before the value is asked for
         if sys.stdin.isatty():
             click.echo(f"value for {name} (end with Ctrl-D):", err=True)
         value = sys.stdin.read()
         value = value[:-1] if value.endswith("\n") else value
+        if api is not None:
+            async with api:
+                await api.set_secret(name, value)
+            click.echo(f"set {name} on {api.base_url}")
+            return
         async with opened(s) as store:
             await _vault(s, store).set(workspace, name, value)
         click.echo(f"set {name} in workspace {workspace}")
@@ -71,15 +94,26 @@ def list_secrets(ctx: click.Context, workspace: str, database_url: str | None) -
     s = settings(ctx)
 
     async def body() -> None:
-        async with opened(s) as store:
-            found = await store.list_secrets(_workspace(workspace))
+        rows: list[tuple[str, str, str]]
+        api = _remote()
+        if api is not None:
+            async with api:
+                listed = await api.secrets()
+            rows = [(i["name"], _when(i["createdAt"]), _when(i["updatedAt"])) for i in listed]
+        else:
+            async with opened(s) as store:
+                found = await store.list_secrets(_workspace(workspace))
+            rows = [
+                (
+                    i.name,
+                    i.created_at.isoformat(" ", "seconds"),
+                    i.updated_at.isoformat(" ", "seconds"),
+                )
+                for i in found
+            ]
         table = Table("name", "created", "updated")
-        for item in found:
-            table.add_row(
-                item.name,
-                item.created_at.isoformat(" ", "seconds"),
-                item.updated_at.isoformat(" ", "seconds"),
-            )
+        for row in rows:
+            table.add_row(*row)
         console().print(table)
 
     run(body)
@@ -96,9 +130,20 @@ def delete_secret(ctx: click.Context, name: str, workspace: str, database_url: s
     s = settings(ctx)
 
     async def body() -> None:
+        api = _remote()
+        if api is not None:
+            async with api:
+                await api.delete_secret(name)
+            click.echo(f"deleted {name} on {api.base_url}")
+            return
         async with opened(s) as store:
             if not await _vault(s, store).delete(_workspace(workspace), name):
                 raise NotFound(f"no secret {name} in workspace {workspace}")
         click.echo(f"deleted {name} from workspace {workspace}")
 
     run(body)
+
+
+def _when(iso: str) -> str:
+    """An API timestamp as the database rows print: to the second, a space before the time."""
+    return datetime.fromisoformat(iso).isoformat(" ", "seconds")

@@ -29,10 +29,12 @@ def model_name(model: Any, routes: router.Routes | None) -> str:
     return model
 
 
-def retry_policy(retry: Any, where: str) -> RetryPolicy:
-    """A ctx call's ``retry`` (a node's retry block) as a policy; None: one attempt."""
+def retry_policy(retry: Any, where: str, kind: str | None = None) -> RetryPolicy:
+    """A ctx call's ``retry`` (a node's retry block) as a policy; None: the default of a step
+    of ``kind`` (``model``: transient errors retried, as a graph's ai-step is; else one
+    attempt)."""
     if retry is None:
-        return RetryPolicy()
+        return RetryPolicy.of({}, kind)
     if not isinstance(retry, Mapping):
         raise UsageError(f"{where}: retry must be a mapping such as {{'maxAttempts': 3}}")
     attempts = retry.get("maxAttempts", 1)

@@ -133,7 +133,7 @@ class EngineContext(Context):
         missing = "(use @app.tool or app.mcp)"
         box = d.host.app.tools_for(d.run.workspace)
         specs = call_args.tool_specs(box, tools or (), missing=missing)
-        policy = call_args.retry_policy(retry, f"ctx.model({name!r})")
+        policy = call_args.retry_policy(retry, f"ctx.model({name!r})", "model")
         budget = None if d.agent is None else d.agent.budget  # the pinned version's
 
         def spent() -> RunUsage:

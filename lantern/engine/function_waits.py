@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from lantern.engine.waits import decided
 from lantern.errors import StepError
 from lantern.store.base import Store
 
@@ -32,7 +33,7 @@ async def resolved(
     if kind == "approval":
         d = (await store.decisions(run_id)).get(step)
         if d is not None:
-            answer = {"decision": d.decision, "by": d.decided_by, "comment": d.comment}
+            answer = decided(d)
         elif "dueAt" in wait and now_ms >= wait["dueAt"]:
             decision = "approved" if wait.get("onTimeout") == "approve" else "rejected"
             answer = {"decision": decision, "by": "timeout", "comment": None}

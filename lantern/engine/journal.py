@@ -82,6 +82,8 @@ def fold(events: Iterable[Event]) -> RunState:
         elif e.kind == ev.RUN_RECOVERED:
             state.worker = e.data.get("toWorker")
             state.recoveries += 1
+        elif e.kind == ev.RUN_RESUMED:  # woken from a park by this worker: it holds the run
+            state.worker = e.data.get("worker")
         elif e.kind == ev.STEP_STARTED and e.step_id is not None:
             state.attempts[e.step_id] = e.attempt or 1
         elif e.kind == ev.STEP_COMPLETED and e.step_id is not None:

@@ -26,6 +26,7 @@ from lantern.engine.graph import Graph, parse_agent
 from lantern.engine.journal import INLINE_LIMIT, EventWriter, output_of
 from lantern.errors import Conflict, NotFound, UsageError
 from lantern.ids import new_run_id
+from lantern.models.router import Routes
 from lantern.store.base import Store
 from lantern.store.codec import dumps
 from lantern.store.records import Blob, Event, NewEvent, Run
@@ -33,9 +34,13 @@ from lantern.store.records import Blob, Event, NewEvent, Run
 RETRYABLE_STATUSES = ("failed", "cancelled")
 
 
-async def retry_run(store: Store, original: Run, from_step: str | None = None) -> Run:
+async def retry_run(
+    store: Store, original: Run, from_step: str | None = None, *, routes: Routes | None = None
+) -> Run:
     """The new run (``waiting``, due now); Conflict unless ``original`` failed or was
-    cancelled, UsageError for a ``from_step`` that is not one of its graph's steps."""
+    cancelled, UsageError for a ``from_step`` that is not one of its graph's steps.
+    ``routes``, the process's configured model routes, refuses (DefinitionError) a version
+    naming a ``route:NAME`` they no longer have, as its drive would, before a run is made."""
     if original.status == "succeeded":
         raise Conflict(f"run {original.id} succeeded: there is nothing to retry")
     if original.status not in RETRYABLE_STATUSES:
@@ -46,7 +51,7 @@ async def retry_run(store: Store, original: Run, from_step: str | None = None) -
     agent = await store.get_agent(original.workspace, original.agent_name, original.agent_version)
     if agent is None:
         raise NotFound(f"agent {original.agent_name} v{original.agent_version} not found")
-    graph = parse_agent(agent.definition)
+    graph = parse_agent(agent.definition, routes)
     if not isinstance(graph, Graph):
         raise UsageError(
             f"agent {original.agent_name} is a plain LLM agent: retry from a step is for graph"

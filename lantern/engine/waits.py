@@ -16,9 +16,21 @@ from typing import Any
 from lantern.engine.graph import Graph
 from lantern.errors import StepError
 from lantern.store.base import Store
+from lantern.store.records import Decision
 
 # (step, the step_resumed data, the step's outcome: its output or its failure)
 Resolution = tuple[str, dict[str, Any], Any]
+
+
+def decided(d: Decision) -> dict[str, Any]:
+    """A decision as the journal keeps it, with who decided when it came through the API."""
+    answer: dict[str, Any] = {"decision": d.decision, "by": d.decided_by, "comment": d.comment}
+    if d.decided_by.startswith("key:"):
+        answer["approver"] = {
+            "keyId": d.decided_by.removeprefix("key:"),
+            "keyName": d.decided_by_name,
+        }
+    return answer
 
 
 async def resolved(
@@ -32,16 +44,7 @@ async def resolved(
         if wait.get("kind") == "approval":
             d = decisions.get(step)
             if d is not None:
-                answer: dict[str, Any] = {
-                    "decision": d.decision,
-                    "by": d.decided_by,
-                    "comment": d.comment,
-                }
-                if d.decided_by.startswith("key:"):  # who decided, as the journal keeps it
-                    answer["approver"] = {
-                        "keyId": d.decided_by.removeprefix("key:"),
-                        "keyName": d.decided_by_name,
-                    }
+                answer = decided(d)
             elif "dueAt" in wait and now_ms >= wait["dueAt"]:
                 decision = "approved" if wait.get("onTimeout") == "approve" else "rejected"
                 answer = {"decision": decision, "by": "timeout", "comment": None}

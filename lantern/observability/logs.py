@@ -75,6 +75,7 @@ def run_events(run_id: str, agent: str, version: int, worker: str, events: Itera
             "event": kind,
         }
         level = logging.INFO
+        status = _STATUS.get(kind)
         if kind == "run_failed":
             error = data.get("error") or {}
             fields["step"] = error.get("step")
@@ -85,10 +86,12 @@ def run_events(run_id: str, agent: str, version: int, worker: str, events: Itera
             fields["step"] = ",".join(data.get("inFlight") or []) or None
             detail = f" from {data.get('fromWorker')} (recovery {data.get('attempt')})"
         elif kind == "run_started" and data.get("retryOf"):
+            # Stored by the replica that was asked, due at once for whichever claims it.
+            status = "waiting"
             detail = f" retrying {data['retryOf']} from {data.get('fromStep') or 'its failure'}"
         else:
             detail = ""
-        fields["status"] = _STATUS.get(kind)
+        fields["status"] = status
         words = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None and k != "event")
         runs.log(level, "%s %s%s", kind.replace("_", " "), words, detail, extra=fields)
 

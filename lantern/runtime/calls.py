@@ -103,7 +103,7 @@ def _model(
     missing = "on the control plane's App"
     box = app.tools_for(run.workspace)
     specs = call_args.tool_specs(box, request.get("tools") or [], missing=missing)
-    policy = call_args.retry_policy(request.get("retry"), "ctx.model")
+    policy = call_args.retry_policy(request.get("retry"), "ctx.model", "model")
 
     async def work(attempt: int, key: str) -> Any:
         ask = ModelRequest(

@@ -269,6 +269,7 @@ class Node:
         if run is None:
             return None
         found = await self.store.get_agent(run.workspace, run.agent_name, run.agent_version)
+        # No model routes (a runtime node has none): a microVM definition names no model.
         agent = None if found is None else parse_agent(found.definition)
         return agent if isinstance(agent, MicroVmAgent) else None
 

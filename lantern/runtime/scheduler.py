@@ -287,6 +287,8 @@ class Scheduler:
         if found is None:
             return None
         try:
+            # No model routes: a microVM definition names no model (its code calls ctx.model,
+            # checked when the call arrives), and any other kind is not placed here.
             agent = parse_agent(found.definition)
         except DefinitionError:
             return None

@@ -308,6 +308,34 @@ class AsyncClient:
         data = await self._send("GET", "/v1/workers")
         return _parse(lambda d: [Worker.from_json(item) for item in d["items"]], data)
 
+    async def secrets(self) -> list[dict[str, Any]]:
+        """The key's workspace's secrets: ``name``, ``createdAt`` and ``updatedAt`` each, never
+        a value (scope ``secrets:read``)."""
+        data = await self._send("GET", "/v1/secrets")
+        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+
+    async def set_secret(self, name: str, value: str) -> dict[str, Any]:
+        """Set a secret of the key's workspace (scope ``secrets:write``); the answer names it
+        and its times, never its value."""
+        path = f"/v1/secrets/{_seg(name)}"
+        return _parse(dict, await self._send("PUT", path, json={"value": value}))
+
+    async def delete_secret(self, name: str) -> None:
+        """Delete a secret of the key's workspace (scope ``secrets:write``); ``NotFound`` when
+        there is none of that name."""
+        await self._send("DELETE", f"/v1/secrets/{_seg(name)}", safe=False)
+
+    async def runtime_nodes(self) -> list[dict[str, Any]]:
+        """The runtime nodes that run microVM agents, their drivers, capacity and heartbeats
+        (scope ``admin``)."""
+        data = await self._send("GET", "/v1/runtime/nodes")
+        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+
+    async def vms(self, run_id: str) -> list[dict[str, Any]]:
+        """A microVM run's VMs, oldest first: node, driver, state and why each ended."""
+        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/vms")
+        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+
     async def health(self) -> bool:
         """Whether the server answers its health check now (one attempt, no retries)."""
         try:
@@ -362,6 +390,8 @@ class AsyncClient:
                 reason = _describe(exc)
             else:
                 status = response.status_code
+                if status == 204:  # a delete: nothing to answer
+                    return None
                 if response.is_success:
                     try:
                         return response.json()

@@ -196,6 +196,21 @@ class Client:
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
 
+    def secrets(self) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.secrets())
+
+    def set_secret(self, name: str, value: str) -> dict[str, Any]:
+        return self._thread.run(self._async.set_secret(name, value))
+
+    def delete_secret(self, name: str) -> None:
+        return self._thread.run(self._async.delete_secret(name))
+
+    def runtime_nodes(self) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.runtime_nodes())
+
+    def vms(self, run_id: str) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.vms(run_id))
+
     def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         return self._thread.run(self._async.pending_approvals(limit=limit))
 

@@ -8,7 +8,15 @@ reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.main`; a workloa
 
 from __future__ import annotations
 
-from lantern.workload.context import Context, StepFailed, Unsupported, resumed
+from lantern.workload.context import CallRefused, Context, StepFailed, Unsupported, resumed
 from lantern.workload.replies import Approval, ModelReply
 
-__all__ = ["Approval", "Context", "ModelReply", "StepFailed", "Unsupported", "resumed"]
+__all__ = [
+    "Approval",
+    "CallRefused",
+    "Context",
+    "ModelReply",
+    "StepFailed",
+    "Unsupported",
+    "resumed",
+]

@@ -28,7 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from lantern.workload.channel import ChannelError
 from lantern.workload.replies import Approval, ModelReply, key_for
+
+# What the control plane answers a call that is itself wrong (422: a tool or model it does not
+# have, bad arguments; 413: too large). Asked again, it gets the same answer: the workload's
+# error, not a lost VM to resume.
+REFUSED = (413, 422)
 
 _RESUMED = False
 _current_step: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
@@ -53,6 +59,12 @@ class Reporter(Protocol):
 class StepFailed(Exception):
     """A step failed for good (journaled ``step_failed``): a model call or a tool the control
     plane performed, or a step of this run that failed before."""
+
+
+class CallRefused(Exception):
+    """The control plane refused a ``ctx.model``, ``ctx.tool`` or wait as bad input (a tool or
+    model it does not have, arguments it cannot take); nothing was journaled. Uncaught, the run
+    fails with it, as the same call in-process raises ``lantern.UsageError``."""
 
 
 class Unsupported(Exception):
@@ -265,9 +277,14 @@ class Context:
             return self._completed[step_id]
         # On a thread: a model call or a wait takes a while, and the workload's other tasks
         # (pure computation; steps' reports wait for the channel) go on meanwhile.
-        answer = await asyncio.to_thread(
-            self._channel.ask, "call", stepId=step_id, position=position, call=request
-        )
+        try:
+            answer = await asyncio.to_thread(
+                self._channel.ask, "call", stepId=step_id, position=position, call=request
+            )
+        except ChannelError as exc:
+            if exc.status in REFUSED:
+                raise CallRefused(str(exc)) from None
+            raise
         if "error" in answer:
             error = answer["error"]
             raise StepFailed(f"step {step_id!r} failed: {error.get('message', error)}")

@@ -1,4 +1,5 @@
-"""Every endpoint, scope and status of CONTRACT §4 against a real `lantern serve`."""
+"""Every endpoint, scope and status of the REST API (its OpenAPI document at `/openapi.json`)
+against a real `lantern serve`."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_runs_are_created_idempotently_and_followed(alice: Caller) -> None:
     assert [e["seq"] for e in later] == [e["seq"] for e in events[3:]]
     page = alice.get(f"/v1/runs/{run_id}/events", params={"limit": 2}).json()
     assert len(page["items"]) == 2 and page["nextAfter"] == 2
-    # CONTRACT §4's members, and the event's hash in the chain a receipt is signed over.
+    # An event's members (docs/streaming.md), and its hash in the chain a receipt is signed over.
     contract = {"seq", "runId", "stepId", "nodeId", "kind", "attempt", "data", "at"}
     assert set(events[0]) == contract | {"hash"} and len(events[0]["hash"]) == 64
     assert alice.get("/v1/runs", params={"limit": 200}).json()["items"][0]["id"] == run_id

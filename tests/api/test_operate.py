@@ -133,3 +133,31 @@ def test_apply_refuses_a_tool_the_serving_app_lacks(tmp_path: Path) -> None:
             assert api.put("/v1/agents/review", json=REVIEW).status_code == 200
     finally:
         server.stop()
+
+
+def test_a_code_agents_approval_journals_who_decided(tmp_path: Path) -> None:
+    """ctx.approval keeps the approver as a graph's approval node does: the key's id and name
+    in step_resumed, which the waterfall shows."""
+    server = Server(sqlite_url(tmp_path), tmp_path / "serve.log", app="tests.crash.code_app:app")
+    server.start()
+    try:
+        db = server.database_url
+        admin = make_key(db, "acme", "runs:execute,runs:read")
+        approver = make_key(db, "acme", "runs:approve,runs:read", name="alice")
+        with client(server, admin) as api, client(server, approver) as alice:
+            made = api.post("/v1/runs", json={"agentName": "publisher", "input": {"text": "hi"}})
+            run_id = made.json()["id"]
+            wait_until(lambda: api.get(f"/v1/runs/{run_id}").json()["status"] == "waiting")
+            decided = alice.post(
+                f"/v1/runs/{run_id}/approvals/publish", json={"decision": "approve"}
+            )
+            assert decided.status_code == 202, decided.text
+            run = api.get(f"/v1/runs/{run_id}", params={"wait": 30}).json()
+            assert run["status"] == "succeeded", run
+            events: list[dict[str, Any]] = api.get(f"/v1/runs/{run_id}/events").json()["items"]
+            key_id = alice.get("/v1/keys/self").json()["id"]
+        resumed = next(e for e in events if e["kind"] == "step_resumed")
+        assert resumed["data"]["approver"] == {"keyId": key_id, "keyName": "alice"}
+        assert run["output"] == {"draft": "HI", "approved": True, "by": f"key:{key_id}"}
+    finally:
+        server.stop()

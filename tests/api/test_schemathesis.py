@@ -136,13 +136,13 @@ values = ["t", "start"]
 "body.agentName" = {{ dictionary = "agents", probability = 0.5 }}
 
 # Data valid to the OpenAPI types may still be refused as invalid input (422): a cursor the API
-# did not give out, an agent definition the graph parser refuses (CONTRACT §5), and any string
+# did not give out, an agent definition the graph parser refuses (docs/tutorial.md), and any string
 # with a NUL character or a lone surrogate, which no backend stores. A run that has finished
 # or is not waiting at an approval answers 409.
 [checks.positive_data_acceptance]
 expected-statuses = ["2xx", "404", "409", "422"]
 
-# The microVM harness's operations take a per-VM token (CONTRACT §11) that no fuzzer can hold:
+# The microVM harness's operations take a per-VM token (docs/runtime.md) that no fuzzer can hold:
 # an API key there is refused, and that refusal is the answer to check.
 [[operations]]
 include-path-regex = "^/v1/runtime/(report|steps|call)$"

@@ -262,6 +262,8 @@ async def test_a_code_agents_model_step_streams_and_a_retry_replaces_its_text(
         created.raise_for_status()
         run_id = str(created.json()["id"])
         fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
+        # Words far enough apart that a loaded machine still passes them on one by one.
+        fake.chunk_delay = 0.15
         stream = frames(http, run_id)
         got: list[Frame] = []
         await until_waiting(stream, got)

@@ -77,5 +77,14 @@ def test_retry_from_a_step_survives_a_sigkill_in_the_retried_part(
         assert copied["stepId"] == e["stepId"] and e["data"]["output"] == copied["data"]["output"]
     ran = [e["stepId"] for e in events if e["kind"] == "step_completed"]
     assert ran == ["start", "s1", "s2", "s3", "s4"]
-    assert [e["data"]["inFlight"] for e in events if e["kind"] == "run_recovered"] == [["s3"]]
+    recoveries = [e["data"] for e in events if e["kind"] == "run_recovered"]
+    assert [(r["inFlight"], r["fromWorker"]) for r in recoveries] == [(["s3"], "retry-1")]
     assert verify({"events": events, **receipt}, keys) == []
+    # The server log says so, a line each: the retry's start and its recovery after the kill.
+    log = (tmp_path / "serve.log").read_text()
+    started = [line for line in log.splitlines() if f"run started run_id={new['id']}" in line]
+    assert len(started) == 1 and f"retrying {original['id']} from s2" in started[0], started
+    assert "worker=retry-1 status=waiting" in started[0]
+    recovered = [line for line in log.splitlines() if f"run recovered run_id={new['id']}" in line]
+    assert len(recovered) == 1 and "worker=retry-1 step=s3" in recovered[0], recovered
+    assert "from retry-1 (recovery 1)" in recovered[0]

@@ -1,4 +1,4 @@
-"""The egress policy (CONTRACT §12) against a real `lantern serve` and real peers on 127.0.0.1.
+"""The egress policy (docs/security.md) against a real `lantern serve` and real peers on 127.0.0.1.
 
 The server allows exactly one peer (``127.0.0.1:<allowed port>``); a second peer, the stand-in
 for a metadata service or an admin port, must never see a request. Every refusal fails the step

@@ -1,4 +1,4 @@
-"""Email through the operator's relay (CONTRACT §12), against a real `lantern serve` and a real
+"""Email through the operator's relay (docs/security.md), against a real `lantern serve` and a real
 SMTP server: only the operator's sender domains, a bounded number of recipients, and HTML in
 which interpolated values are escaped."""
 

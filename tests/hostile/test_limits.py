@@ -1,4 +1,4 @@
-"""Limits (CONTRACT §12) against a real `lantern serve`: each hostile input gets a clear 413 or
+"""Limits (docs/security.md) against a real `lantern serve`: each hostile input gets a clear 413 or
 422, or fails its step naming the limit; nothing is stored or changed; /healthz keeps
 answering within a second throughout."""
 

@@ -1,4 +1,4 @@
-"""Secrets (CONTRACT §12) against a real `lantern serve`, a real peer and a real OTLP receiver.
+"""Secrets (docs/security.md) against a real `lantern serve`, a real peer and a real OTLP receiver.
 
 A step substitutes the value where it dispatches (the peer receives it), and then the value is
 nowhere else: not in the journal, an API answer, the export, the receipt, the server's log,

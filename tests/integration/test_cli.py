@@ -1,4 +1,4 @@
-"""The real ``lantern`` console script, as a user runs it, on both backends (CONTRACT §3).
+"""The real ``lantern`` console script, as a user runs it, on both backends (the README's tour).
 
 Exit status 0 on success, 1 on a failed operation, 2 on bad usage; errors are one line on stderr.
 """

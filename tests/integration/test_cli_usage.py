@@ -1,6 +1,7 @@
 """The CLI's first-hour usage, as issue 18 reproduced it: `--app` spelled as a file path, an app
 in the current folder, and LANTERN_URL without a key (one usage line, exit 2, nothing read
-from a local database); `workers list` and `journal verify` through the server."""
+from a local database); `workers list`, `journal verify`, `secrets` and `runtime` through the
+server."""
 
 from __future__ import annotations
 
@@ -213,6 +214,14 @@ def test_lantern_url_without_a_key_fails_instead_of_reading_the_database(tmp_pat
         ["workers", "list"],
         ["journal", "verify", "run_x"],
         ["receipt", "verify", "run_x"],
+        ["secrets", "list"],
+        ["secrets", "set", "TOKEN"],
+        ["secrets", "delete", "TOKEN"],
+        ["runtime", "nodes"],
+        ["runtime", "vms"],
+        ["approvals", "list"],
+        ["runs", "cancel", "run_" + "0" * 28],
+        ["runs", "follow", "run_x"],
     ):
         assert_usage_line(in_process(*args, env=env), "LANTERN_API_KEY", "LANTERN_URL")
     assert not db.exists()  # the local database was never opened
@@ -254,3 +263,54 @@ def test_workers_list_and_journal_verify_go_to_the_server(sqlite_server: Server)
     missing = remote(key, "journal", "verify", "run_missing")
     assert missing.returncode == 1 and "not found" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: Path) -> None:
+    key = make_key(
+        sqlite_server.database_url, "default", ALL_SCOPES + ",secrets:read,secrets:write"
+    )
+    admin = make_key(sqlite_server.database_url, "default", "admin")
+    with Client(sqlite_server.url, key) as client:
+        client.apply_agent(NOOP)
+        run = client.wait(client.create_run("noop", {"x": 1}).id, timeout=30)
+    nowhere = "sqlite:////nonexistent/dir/never.db"  # only the server can answer
+
+    def remote(api_key: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        env = clean_env(
+            LANTERN_URL=sqlite_server.url,
+            LANTERN_API_KEY=api_key,
+            LANTERN_DATABASE_URL=nowhere,
+            LANTERN_DATA_DIR=str(tmp_path / "no-data-here"),
+            COLUMNS="200",
+        )
+        return subprocess.run(
+            [LANTERN, *args], env=env, input=stdin, capture_output=True, text=True, timeout=60
+        )
+
+    stored = remote(key, "secrets", "set", "CRM_TOKEN", stdin="s3cret\n")
+    assert stored.returncode == 0, stored.stderr
+    assert stored.stdout.strip() == f"set CRM_TOKEN on {sqlite_server.url}"
+    listed = remote(key, "secrets", "list")
+    assert listed.returncode == 0 and "CRM_TOKEN" in listed.stdout, listed.stderr
+    assert "s3cret" not in listed.stdout
+    with httpx.Client(
+        base_url=sqlite_server.url, headers={"Authorization": f"Bearer {key}"}
+    ) as api:
+        names = [s["name"] for s in api.get("/v1/secrets").json()["items"]]
+    assert names == ["CRM_TOKEN"]  # stored by the server, under its sealing key
+    elsewhere = remote(key, "secrets", "list", "--workspace", "other")
+    assert_usage_line(elsewhere, "--workspace", "key's workspace")
+    deleted = remote(key, "secrets", "delete", "CRM_TOKEN")
+    assert deleted.returncode == 0 and "deleted CRM_TOKEN" in deleted.stdout, deleted.stderr
+    again = remote(key, "secrets", "delete", "CRM_TOKEN")
+    assert again.returncode == 1 and "not found" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+    nodes = remote(admin, "runtime", "nodes")
+    assert nodes.returncode == 0 and "heartbeat" in nodes.stdout, nodes.stderr
+    refused = remote(key, "runtime", "nodes")  # no admin scope
+    assert refused.returncode == 1 and "admin" in refused.stderr, refused.stderr
+    vms = remote(key, "runtime", "vms", run.id)  # a graph run has no VMs
+    assert vms.returncode == 0 and "vm" in vms.stdout and run.id not in vms.stdout, vms.stderr
+    assert_usage_line(remote(key, "runtime", "vms"), "needs a RUN_ID")
+    assert not (tmp_path / "no-data-here").exists()  # nothing local was opened or made

@@ -480,3 +480,38 @@ async def test_a_code_run_commits_once_per_step_its_opening_with_the_first(
         [("step_completed", "b"), ("step_started", "c")],
         [("step_completed", "c"), ("run_succeeded", None)],
     ]
+
+
+async def test_ctx_model_retries_a_transient_error_by_default_and_max_attempts_1_opts_out(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model step of a code agent has the default a graph's ai-step has: a 503 is retried
+    after a journaled backoff, each attempt with its own key; ``maxAttempts: 1`` turns it off."""
+    fake = FakeProvider(script=Script(["Hello."])).start()
+    try:
+        for name, value in fake.env().items():
+            monkeypatch.setenv(name, value)
+        app = lantern.App()
+
+        @app.agent("greet")
+        async def greet(ctx: lantern.Context, once: bool) -> str:
+            retry = {"maxAttempts": 1} if once else None
+            return (await ctx.model("gpt-4o-mini", prompt="Hi", name="hi", retry=retry)).text
+
+        fake.fail("gpt-4o-mini", 503)
+        run = await create_run(store, "greet", {"once": False}, app=app)
+        done = await drive(store, app, run.id)
+        keys = fake.keys()
+        fake.fail("gpt-4o-mini", 503)
+        strict = await create_run(store, "greet", {"once": True}, app=app)
+        refused = await drive(store, app, strict.id)
+        all_keys = fake.keys()
+    finally:
+        fake.close()
+    assert done.status == "succeeded" and done.output == "Hello.", done.error
+    assert len(keys) == 2 and len(set(keys)) == 2  # two attempts, a key each
+    retrying = [e for e in await store.events(run.id) if e.kind == "step_retrying"]
+    assert [(e.step_id, e.data["attempt"], e.data["of"]) for e in retrying] == [("hi", 2, 3)]
+    assert 250 <= retrying[0].data["delayMs"] <= 500
+    assert refused.status == "failed" and refused.error["step"] == "hi"
+    assert len(all_keys) == 3  # the opted-out run asked once

@@ -214,3 +214,16 @@ def test_a_vm_lost_mid_sleep_is_resumed_and_keeps_the_journaled_due_time(
         assert due <= run["output"]["woke"] < max(due, back) + 3.5
     finally:
         cluster.close()
+
+
+def test_a_call_the_control_plane_refuses_fails_the_run_saying_why(shared: Cluster) -> None:
+    shared.agent("wrong", "jobs:asks_wrong")
+    run_id = shared.start_run("wrong", {})
+    run = shared.finished(run_id)
+    assert run["status"] == "failed", run
+    # Not a lost VM resumed until its attempts run out: the workload's own error, with why.
+    assert run["error"]["code"] == "workload_failed", run["error"]
+    message = run["error"]["message"]
+    assert "CallRefused" in message and "ctx.tool('no-such-tool'): no such tool" in message
+    seen = [kind for kind, _ in kinds(shared.events(run_id))]
+    assert seen.count("vm_started") == 1 and "step_started" not in seen

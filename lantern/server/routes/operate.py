@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from lantern.engine.rerun import retry_run
+from lantern.observability import logs
 from lantern.server import auth
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import PROBLEMS, KeyOut, PendingApprovalList, RetryRun, RunOut
@@ -68,6 +69,10 @@ async def retry(
     run again with fresh idempotency keys. 409 for a run that succeeded or has not finished."""
     s = services(request)
     original = await owned_run(s.store, run_id, key)
-    made = await retry_run(s.store, original, body.fromStep if body is not None else None)
+    from_step = body.fromStep if body is not None else None
+    made = await retry_run(s.store, original, from_step, routes=s.worker.models.routes)
+    # Its run_started is stored here rather than committed by a drive: log its start line.
+    opened = await s.store.events(made.id, limit=1)
+    logs.run_events(made.id, made.agent_name, made.agent_version, s.worker.worker_id, opened)
     s.worker.wake()
     return JSONResponse(run_json(made), status_code=202)

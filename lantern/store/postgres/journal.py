@@ -60,11 +60,16 @@ WITH batch AS (
                       wake_at = u.wake_at, waiting_for = u.waiting_for
     FROM updates u WHERE r.id = u.run_id AND u.run_id IN (SELECT run_id FROM fenced)
 ), woken AS (
-    -- A parent parked on a finished sub-agent is due now.
-    UPDATE runs p SET wake_at = now()
+    -- A parent parked on a finished sub-agent is due now. The parent's row is updated (so
+    -- locked) whatever its status: a parent committing its park meanwhile is waited for and
+    -- then seen waiting, or waits for this commit and then sees the child finished when it
+    -- looks once more. Filtering on status = 'waiting' here skipped a parent whose park was
+    -- in flight, and the parent then waited for ever. A parent in this same batch is left
+    -- to that second look: two updates of one row in one statement are not allowed.
+    UPDATE runs p SET wake_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.wake_at END
     FROM updates u JOIN runs c ON c.id = u.run_id
     WHERE u.status IN ('succeeded', 'failed', 'cancelled') AND p.id = c.parent_run_id
-      AND p.status = 'waiting' AND u.run_id IN (SELECT run_id FROM fenced)
+      AND p.id NOT IN (SELECT run_id FROM updates) AND u.run_id IN (SELECT run_id FROM fenced)
 ), released AS (
     UPDATE run_locks l SET expires_at = 'epoch'
     FROM updates u

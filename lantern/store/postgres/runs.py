@@ -201,6 +201,12 @@ class Runs(PostgresConnection):
     async def decide(self, decision: Decision) -> bool:
         d = decision
         async with self._connection() as conn, conn.transaction():
+            # The run's row first: a run that is parking (its step_waiting committed, its
+            # status not yet) commits that before this goes on, so it is seen waiting and
+            # woken below; or the park waits for this decision to commit, and then finds it
+            # when it looks once more. Without the lock, a decision that committed just after
+            # the park had looked was never acted on: the run waited for ever.
+            await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (d.run_id,))
             cur = await conn.execute(
                 "INSERT INTO approvals"
                 " (run_id, node_id, decision, decided_by, comment, decided_by_name)"

@@ -89,3 +89,8 @@ async def naps(ctx, seconds=4.0):
     await ctx.step("a", _stamp, "a")
     await ctx.sleep("nap", seconds=seconds)
     return {"woke": time.time(), "resumed": resumed()}
+
+
+async def asks_wrong(ctx):
+    """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
+    return await ctx.tool("no-such-tool")

@@ -1,4 +1,4 @@
--- A workspace's secrets (CONTRACT §12), sealed with AES-256-GCM by lantern.secrets before
+-- A workspace's secrets (docs/security.md), sealed with AES-256-GCM by lantern.secrets before
 -- they are stored: the database holds ciphertext and the id of the key that sealed it.
 
 CREATE TABLE secrets (

@@ -1,4 +1,4 @@
--- Runtime nodes of the microVM tier (CONTRACT §11): registered by `lantern node`, kept alive by
+-- Runtime nodes of the microVM tier (docs/runtime.md): registered by `lantern node`, kept alive by
 -- heartbeats; the scheduler leader marks one lost when its heartbeat is older than LANTERN_NODE_TTL.
 
 CREATE TABLE runtime_nodes (
