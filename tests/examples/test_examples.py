@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ class Example:
     workdir: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    app_dir: Path | None = None  # the folder of NAME_app.py: examples/NAME unless given
 
     @property
     def url(self) -> str:
@@ -53,7 +55,8 @@ class Example:
             "LANTERN_WORKER_ID": f"example-{self.port}",
             "LANTERN_EGRESS_ALLOW": "127.0.0.1",  # the receiver is on loopback
         }
-        app = ["--app-dir", str(EXAMPLES / self.name), "--app", f"{self.name}_app:app"]
+        folder = self.app_dir or EXAMPLES / self.name
+        app = ["--app-dir", str(folder), "--app", f"{self.name}_app:app"]
         with (self.workdir / "serve.log").open("ab") as log:
             self.proc = subprocess.Popen(
                 [LANTERN, "serve", *app, "--port", str(self.port)],
@@ -198,3 +201,64 @@ def test_the_examples_receiver_applies_each_key_once(tmp_path: Path) -> None:
         timeout=30,
     )
     assert bad.returncode == 2 and "PATH=SECONDS" in bad.stderr
+
+
+def tutorial_files(folder: Path) -> None:
+    """docs/tutorial.md's own files, as a reader saves them: the python block is
+    triage_app.py, the first json block triage.json, the second ticket.json."""
+    text = (EXAMPLES.parent / "docs" / "tutorial.md").read_text()
+    blocks = re.findall(r"```(\w+)\n(.*?)```", text, re.S)
+    [app] = [body for lang, body in blocks if lang == "python"]
+    agent, ticket = [body for lang, body in blocks if lang == "json"]
+    (folder / "triage_app.py").write_text(app)
+    (folder / "triage.json").write_text(agent)
+    (folder / "ticket.json").write_text(ticket)
+
+
+def test_the_tutorial_as_written_approves_cancels_and_retries(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """The tutorial's tool, agent and ticket, served from the reader's folder, driven with the
+    commands it gives: apply, run, approve with a comment; then cancel a run parked at review
+    and retry it (its completed steps copied, review asked again)."""
+    folder = tmp_path / "triage"
+    folder.mkdir()
+    tutorial_files(folder)
+    served = Example("triage", tmp_path, free_port(), app_dir=folder).start()
+    key = make_key(served.database_url, "default", ALL_SCOPES)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LANTERN_DATABASE_URL")}
+    env |= {"LANTERN_URL": served.url, "LANTERN_API_KEY": key}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [LANTERN, *args], env=env, cwd=folder, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout.strip()
+
+    ticket = json.loads((folder / "ticket.json").read_text()) | {"helpdesk": receiver.url}
+    try:
+        assert cli("agents", "apply", "triage.json") == "applied support-triage v1"
+        with Client(served.url, key) as client:
+            first = cli("run", "support-triage", "--input", json.dumps(ticket))
+            wait_status(client, first, "waiting")
+            cli("runs", "approve", first, "review", "--comment", "refund confirmed")
+            assert client.wait(first, timeout=60).status == "succeeded"
+
+            third = cli("run", "support-triage", "--input", json.dumps(ticket | {"ticket": "T-3"}))
+            wait_status(client, third, "waiting")
+            assert cli("runs", "cancel", third).startswith(f"cancelled: {third}")
+            retried = cli("runs", "retry", third)
+            wait_status(client, retried, "waiting")
+            assert retried in cli("approvals", "list")
+            events = client.events(retried)
+            cli("runs", "approve", retried, "review")
+            done = client.wait(retried, timeout=60)
+    finally:
+        served.stop()
+    assert done.status == "succeeded", done.error
+    copied = [e.step_id for e in events if e.kind == "step_completed" and "replayedFrom" in e.data]
+    assert copied == ["start", "classify", "draft"]
+    replies = [h.body for h in receiver.hits if h.path == "/replies"]
+    assert [r["ticket"] for r in replies] == ["T-1001", "T-3"]  # the cancelled run sent nothing
+    assert "Ada" in replies[0]["text"] and "billing" in replies[0]["text"]
