@@ -11,7 +11,9 @@ hits both alike) drives ``--runs`` sequential runs and reports
   loop, SQLite's thread, psycopg) over the same steps; the database server's is not in it.
 
 With ``BENCH_CALLS=1`` each child instead counts the Python function calls per step under
-cProfile: a measure of the work done that a loaded machine does not disturb.
+cProfile: a measure of the work done that a loaded machine does not disturb. With
+``BENCH_TRACING=1`` both builds trace every step (an SDK tracer provider, its spans batched and
+dropped, as ``--observability`` has it), to compare what tracing costs in each.
 
 The kinds: a graph agent of 10 no-op tool steps after its trigger, a code-first agent making
 the same 10 no-op steps as ``ctx.step`` calls (both builds must have ``App.agent``), and a
@@ -87,6 +89,27 @@ class ScriptedProvider:
         )
 
 
+def trace_everything() -> None:
+    """Tracing on, as ``bench/steps.py --observability`` has it: an SDK tracer provider with a
+    BatchSpanProcessor whose exporter drops the spans (export itself is not measured)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from lantern.observability import tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    tracing.install(provider)
+
+
 async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, Any]:
     import lantern
     from lantern.engine.runs import apply_agent, create_run
@@ -95,6 +118,8 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
     from lantern.store import open_store
 
     app = lantern.App()
+    if os.environ.get("BENCH_TRACING"):
+        trace_everything()
 
     @app.tool("noop")
     async def noop() -> None:

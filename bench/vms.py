@@ -13,11 +13,16 @@ finds working):
   mid-step; from the kill to the resumed VM's first ``step_started``, against
   ``LANTERN_NODE_TTL`` + 2 s.
 
+Warm VMs (``--warm``, default the driver's: 1 for qemu): with a pool, each run starts once the
+node has a warm VM ready (a node between placements, not one taking a burst), and its
+"VM start" is the take of that VM. ``--warm 0`` measures cold boots.
+
 Targets (issue 16): sandbox start under 50 ms, gvisor under 1.5 s, qemu under 3 s with
 software emulation; resume after node loss within LANTERN_NODE_TTL + 2 s. The machine's load
 shows in every figure alike; compare drivers as ratios within one run.
 
     .venv/bin/python bench/vms.py [--drivers sandbox,gvisor,qemu] [--runs 20] [--burst 16]
+                                  [--warm N]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -55,9 +61,23 @@ def first(events: list[dict[str, Any]], kind: str, after: float = 0) -> dict[str
     return next((e for e in events if e["kind"] == kind and at(e) >= after), None)
 
 
-def latencies(cluster: Cluster, runs: int) -> tuple[list[float], list[float]]:
+def warm_ready(node: Any, count: int) -> None:
+    """Wait until the node has booted ``count`` warm VMs in all (its log says each)."""
+    deadline = time.monotonic() + 300
+    while ready(node) < count:
+        assert time.monotonic() < deadline, "no warm VM got ready"
+        time.sleep(0.2)
+
+
+def ready(node: Any) -> int:
+    return len(re.findall(r"warm VM \S+ ready in", node.log.read_text()))
+
+
+def latencies(cluster: Cluster, runs: int, node: Any, warm: int) -> tuple[list[float], list[float]]:
     to_step, to_start = [], []
-    for _ in range(runs):
+    for i in range(runs):
+        if warm:
+            warm_ready(node, i + 1)
         run_id = cluster.start_run("one", {})
         run = cluster.finished(run_id, timeout=300)
         assert run["status"] == "succeeded", run
@@ -99,18 +119,22 @@ def node_loss(cluster: Cluster, nodes: dict[str, Any]) -> float:
     return at(resumed) - killed
 
 
-def bench(driver: str, runs: int, n: int, image: Path) -> dict[str, Any]:
+def bench(driver: str, runs: int, n: int, image: Path, warm: int | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lantern-bench-vms-") as tmp:
         cluster = Cluster(f"sqlite:///{tmp}/lantern.db", Path(tmp)).serve()
         env = {"LANTERN_DATA_DIR": str(image.parent)}  # the qemu driver's image is under it
         try:
             cluster.agent("one", "bench_jobs:one", driver=driver, memoryMb=128)
             cluster.agent("hold", "bench_jobs:hold", driver=driver, memoryMb=128)
-            a = cluster.node(f"{driver}-a", driver=driver, capacity=max(n, 2), env=env)
-            to_step, to_start = latencies(cluster, runs)
+            pool = DRIVERS[driver].warm if warm is None else warm
+            opts: dict[str, Any] = {"warm": pool, "args": ("--warm-memory-mb", "128")}
+            a = cluster.node(f"{driver}-a", driver=driver, capacity=max(n, 2), env=env, **opts)
+            to_step, to_start = latencies(cluster, runs, a, pool)
             most = burst(cluster, n)
-            b = cluster.node(f"{driver}-b", driver=driver, env=env)
+            b = cluster.node(f"{driver}-b", driver=driver, env=env, **opts)
             time.sleep(2)
+            if pool:
+                warm_ready(b, 1)
             loss = node_loss(cluster, {a.node_id: a, b.node_id: b})
         finally:
             cluster.close()
@@ -122,6 +146,7 @@ def main() -> None:
     parser.add_argument("--drivers", default="")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--burst", type=int, default=16)
+    parser.add_argument("--warm", type=int, default=None, help="warm VMs per node")
     args = parser.parse_args()
     image = Path(tempfile.mkdtemp(prefix="lantern-bench-image-")) / "runtime"
     build(image)
@@ -136,7 +161,7 @@ def main() -> None:
     header = ("driver", "-> first step p50/p99", "VM start p50/p99", "at once @128MB", "node loss")
     print(f"{header[0]:8} {header[1]:>22} {header[2]:>18} {header[3]:>15} {header[4]:>10}")
     for name in names:
-        r = bench(name, args.runs, args.burst, image)
+        r = bench(name, args.runs, args.burst, image, args.warm)
         step = f"{ms(r['to_step'], 0.5)}/{ms(r['to_step'], 0.99)} ms"
         start = f"{ms(r['to_start'], 0.5)}/{ms(r['to_start'], 0.99)} ms"
         held = f"{r['burst']}/{args.burst}"

@@ -145,6 +145,18 @@ def vms(run_id: str | None) -> None:
     help="The app directory VMs import entrypoints from (read-only).",
 )
 @click.option("--node-id", default=None, help="Default: host name and process id.")
+@click.option(
+    "--warm",
+    type=click.IntRange(0, 64),
+    default=None,
+    help="VMs kept booted for the next placements (default: 1 for qemu, 0 otherwise).",
+)
+@click.option(
+    "--warm-memory-mb",
+    type=click.IntRange(64, 65536),
+    default=512,
+    help="The memory of warm VMs until a placement asks for another size (default 512).",
+)
 def node(
     driver: str | None,
     capacity: int,
@@ -152,19 +164,25 @@ def node(
     labels: str,
     app_dir: Path,
     node_id: str | None,
+    warm: int | None,
+    warm_memory_mb: int,
 ) -> None:
     """A runtime node of the microVM tier: registers, heartbeats, runs the VMs placed on it."""
     import asyncio
+    import logging
     import os
     import signal
     import socket
 
     from lantern.cli.common import fail, opened, settings
+    from lantern.observability import logs
     from lantern.runtime.drivers import DriverUnavailable, pick, use_image
     from lantern.runtime.node import Node
 
     use_image(image_dir())
     s = settings(click.get_current_context())
+    logs.configure("text")  # the node's own lines (a warm VM ready, a VM refused) at INFO
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per relayed report
     found: dict[str, str] = {}
     for pair in filter(None, labels.split(",")):
         key, sep, value = pair.partition("=")
@@ -198,6 +216,8 @@ def node(
                 labels=found,
                 node_ttl=s.node_ttl,
                 lease_ttl=s.lease_ttl,
+                warm=chosen.warm if warm is None else warm,
+                warm_memory_mb=warm_memory_mb,
             )
             click.echo(f"runtime node {runtime_node.node_id}: driver {chosen.name}", err=True)
             await runtime_node.serve(stopping)

@@ -41,6 +41,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -90,6 +91,9 @@ log = logging.getLogger("lantern.tracing")
 # The one switch every hook reads first: None means tracing is off and costs nothing.
 _tracer: trace.Tracer | None = None
 _provider: TracerProvider | None = None
+# False inside a drive whose span its sampler left out: its steps make no spans either.
+_recording: ContextVar[bool] = ContextVar("lantern_trace_recording", default=True)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def enabled() -> bool:
@@ -101,17 +105,15 @@ def trace_id_for(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big")
 
 
-def _root_span_id(run_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[16:24], "big")
-
-
 def run_context(run_id: str) -> otel_context.Context:
-    """A context whose (remote, sampled) parent puts a span in the run's trace."""
+    """A context whose (remote, sampled) parent puts a span in the run's trace: the trace id
+    and the parent's span id are bytes 0..16 and 16..24 of one sha256(run_id)."""
+    digest = hashlib.sha256(run_id.encode()).digest()
     parent = SpanContext(
-        trace_id=trace_id_for(run_id),
-        span_id=_root_span_id(run_id),
+        trace_id=int.from_bytes(digest[:16], "big"),
+        span_id=int.from_bytes(digest[16:24], "big"),
         is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_flags=_SAMPLED,
     )
     return trace.set_span_in_context(NonRecordingSpan(parent))
 
@@ -175,12 +177,19 @@ def shutdown() -> None:
 
 @contextmanager
 def drive(run: RunFacts, worker_id: str) -> Iterator[None]:
-    """The span of one drive of ``run``, current for the drive (so its steps are children)."""
+    """The span of one drive of ``run``, current for the drive (so its steps are children).
+
+    Attached by hand rather than with ``start_as_current_span``, whose context manager and
+    ``use_span`` wrap every drive in two more layers of exception handling that the options
+    below turn off anyway. A drive its sampler leaves out (``OTEL_TRACES_SAMPLER``) makes
+    no step spans: none would be exported, and the drive's span, current throughout, still
+    tells a request's ``traceparent`` that the trace is not sampled.
+    """
     tracer = _tracer
     if tracer is None:
         yield
         return
-    with tracer.start_as_current_span(
+    span = tracer.start_span(
         f"run {run.agent_name}",
         context=run_context(run.id),
         attributes={
@@ -193,13 +202,19 @@ def drive(run: RunFacts, worker_id: str) -> Iterator[None]:
         },
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        try:
-            yield
-        except Exception as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            raise
+    )
+    token = otel_context.attach(trace.set_span_in_context(span))
+    recording = _recording.set(span.is_recording())
+    try:
+        yield
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        _recording.reset(recording)
+        otel_context.detach(token)
+        span.end()
 
 
 def drive_ended(result: RunEnd | None) -> None:
@@ -220,7 +235,7 @@ def recovered(
 ) -> None:
     """Mark the current drive a resume and give each step served from the journal its span."""
     tracer = _tracer
-    if tracer is None:
+    if tracer is None or not _recording.get():
         return
     span = trace.get_current_span()
     span.set_attribute("lantern.recovered", True)
@@ -261,8 +276,12 @@ class StepSpan:
         attempt: int,
         key: str,
     ) -> None:
+        # The current context (the drive's span) handed on, not looked up again by the SDK
+        # for the parent, by the sampler and by ``set_span_in_context`` below.
+        current = otel_context.get_current()
         self._span = tracer.start_span(
             f"step {step_id}",
+            current,
             attributes={
                 "lantern.run_id": run_id,
                 "lantern.step_id": step_id,
@@ -274,7 +293,7 @@ class StepSpan:
             record_exception=False,
             set_status_on_exception=False,
         )
-        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._token = otel_context.attach(trace.set_span_in_context(self._span, current))
 
     def succeeded(self, output: Any) -> None:
         usage = output.get("usage") if isinstance(output, dict) else None
@@ -304,7 +323,9 @@ def start_step(
 ) -> StepSpan | None:
     """The span of one step attempt, current from here until it ends (None: tracing off)."""
     tracer = _tracer
-    return None if tracer is None else StepSpan(tracer, run_id, step_id, node_type, attempt, key)
+    if tracer is None or not _recording.get():
+        return None
+    return StepSpan(tracer, run_id, step_id, node_type, attempt, key)
 
 
 def usage_attributes(output: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,11 +20,15 @@ class Refused(Exception):
 Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
-async def serve(vm: Vm, handle: Handler) -> None:
-    """Answer the VM's requests one at a time until it closes its end (it exited)."""
+async def serve(vm: Vm, handle: Handler, first: Awaitable[bytes] | None = None) -> None:
+    """Answer the VM's requests one at a time until it closes its end (it exited).
+    ``first``: its first line, already being read (a warm VM's question for its job)."""
     while True:
         try:
-            line = await vm.reader.readline()
+            if first is not None:
+                line, first = await first, None
+            else:
+                line = await vm.reader.readline()
         except (ValueError, ConnectionError):  # a line past the limit, or the VM is gone
             return
         if not line:

@@ -52,8 +52,10 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
     [ -n "$channel" ] && break
     sleep 0.1
 done
+# -S: no site module. The guest's sys.path is PYTHONPATH (the driver's), and the host
+# installation's .pth hooks, which may import half the standard library, stay out of every boot.
 chroot /host /usr/bin/env -i $(cat /host/lantern.env) LANTERN_CHANNEL=$channel \\
-    "$LANTERN_PYTHON" /lantern-boot.py
+    "$LANTERN_PYTHON" -S /lantern-boot.py
 echo "LANTERN_EXIT=$?"
 poweroff -f
 """

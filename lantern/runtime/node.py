@@ -28,15 +28,18 @@ import httpx
 from lantern.engine import events as ev
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
+from lantern.runtime.bytecode import precompile
 from lantern.runtime.channel import Refused, serve
 from lantern.runtime.drivers import Driver, Vm, VmSpec
 from lantern.runtime.relay import STEP_KINDS, digest, new_token
+from lantern.runtime.warm import WarmPool
 from lantern.store.base import Store
 from lantern.store.records import Lease
 from lantern.store.runtime import RuntimeNode
 from lantern.store.runtime import Vm as VmRow
 
 log = logging.getLogger("lantern.node")
+WORKLOAD = Path(__file__).resolve().parent.parent / "workload"  # what every VM imports
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Node:
         lease_ttl: float = 60.0,
         poll: float = 0.1,
         workdir: Path | None = None,
+        warm: int = 0,
+        warm_memory_mb: int = 512,
     ) -> None:
         self.store = store
         self.driver = driver
@@ -78,6 +83,9 @@ class Node:
         self.lease_ttl = lease_ttl
         self.poll = poll
         self.workdir = workdir
+        self.pool = WarmPool(
+            driver, app_dir, size=warm, memory_mb=warm_memory_mb, workdir=workdir
+        )  # fmt: skip
         self.vms: dict[str, Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._http = httpx.AsyncClient(timeout=30)
@@ -90,6 +98,8 @@ class Node:
             )
         )
         log.info("runtime node %s up (driver %s)", self.node_id, self.driver.name)
+        await asyncio.to_thread(precompile, WORKLOAD, self.app_dir)
+        self.pool.fill()
         beats = asyncio.create_task(self._heartbeats(stopping))
         try:
             while not stopping.is_set():
@@ -105,6 +115,7 @@ class Node:
                 if running.handle is not None:
                     running.handle.kill()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.pool.close()
             with suppress(Exception):
                 await self.store.node_stopped(self.node_id)
             await self._http.aclose()
@@ -178,15 +189,24 @@ class Node:
         agent = await self._agent(row)
         if run is None or agent is None:
             return
-        spec = VmSpec(
-            row.vm_id,
-            self.app_dir,
-            env={"LANTERN_RESUME": "1"} if row.resume else {},
-            memory_mb=row.memory_mb,
-            vcpus=agent.vcpus,
-            workdir=None if self.workdir is None else self.workdir / row.vm_id,
-        )
-        running.handle = handle = await self.driver.start(spec)
+        env = {"LANTERN_VM_ID": row.vm_id, **({"LANTERN_RESUME": "1"} if row.resume else {})}
+        warm = self.pool.take(row.memory_mb, agent.vcpus)
+        first: asyncio.Future[bytes] | None = None
+        if warm is not None:
+            running.handle = handle = warm.vm
+            first = warm.hello
+            log.info("VM %s is warm VM %s", row.vm_id, warm.spec.vm_id)
+        else:
+            spec = VmSpec(
+                row.vm_id,
+                self.app_dir,
+                env=env,
+                memory_mb=row.memory_mb,
+                vcpus=agent.vcpus,
+                workdir=None if self.workdir is None else self.workdir / row.vm_id,
+            )
+            await asyncio.to_thread(precompile, self.app_dir)  # the app changed since, say
+            running.handle = handle = await self.driver.start(spec)
         if not await self._send(running, [{"kind": ev.VM_STARTED}]):
             return
         keeper = asyncio.create_task(self._keep(running))
@@ -194,7 +214,12 @@ class Node:
 
         async def handle_request(op: str, request: dict[str, Any]) -> Any:
             if op == "hello":
-                return {"runId": row.run_id, "entrypoint": agent.entrypoint, "input": run.input}
+                return {
+                    "runId": row.run_id,
+                    "entrypoint": agent.entrypoint,
+                    "input": run.input,
+                    "env": env,
+                }
             if op == "steps":
                 return await self._steps(running)
             if op == "report":
@@ -215,7 +240,7 @@ class Node:
         started = time.monotonic()
         try:
             served = asyncio.ensure_future(
-                asyncio.gather(serve(handle, handle_request), handle.wait())
+                asyncio.gather(serve(handle, handle_request, first), handle.wait())
             )
             try:
                 _, code = await asyncio.wait_for(served, agent.timeout_s)

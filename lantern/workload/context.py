@@ -258,6 +258,14 @@ class Context:
         self.calls += 1
         return (name if count == 1 else f"{name}#{count}"), self.calls
 
+    def _unname(self, name: str, position: int) -> None:
+        """Give back the position of a refused call, which journaled nothing: in-process a
+        refused call never takes one, and a resumed VM's calls are checked against the
+        journal's positions. Only the call numbered last can give its position back."""
+        if self.calls == position:
+            self.calls -= 1
+            self._seen[name] -= 1
+
     def _served(self, step_id: str, position: int) -> bool:
         """Whether the journal answers this call: its step completed at this very position
         (at another, the control plane fails the run when the call is reported)."""
@@ -283,6 +291,7 @@ class Context:
             )
         except ChannelError as exc:
             if exc.status in REFUSED:
+                self._unname(name, position)
                 raise CallRefused(str(exc)) from None
             raise
         if "error" in answer:

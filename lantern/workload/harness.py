@@ -45,8 +45,14 @@ def load(entrypoint: str) -> Callable[..., Any]:
     return fn
 
 
-def run(channel: Channel, *, resume: bool) -> int:
+def run(channel: Channel) -> int:
+    # A warm VM booted before its run was placed: its job, and the variables that go with it
+    # (LANTERN_RESUME, LANTERN_VM_ID), come in the answer; a VM booted for its run has them
+    # in its environment already, the same.
     hello = channel.ask("hello")
+    env = hello.get("env") or {}
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    resume = os.environ.get("LANTERN_RESUME") == "1"
     _set_resumed(resume)
     completed: dict[str, Any] = {}
     order: list[str] = []
@@ -108,7 +114,7 @@ def main() -> int:
     sys.path.insert(0, os.environ.get("LANTERN_APP_DIR", "/app"))
     try:
         channel = Channel.open(spec)
-        return run(channel, resume=os.environ.get("LANTERN_RESUME") == "1")
+        return run(channel)
     except ChannelError as exc:
         print(f"lantern harness: {exc}", file=sys.stderr)
         return EXIT_LOST

@@ -283,3 +283,38 @@ async def test_trace_id_ratio_sampling_keeps_or_drops_whole_runs(store: Store) -
             sum(1 for s in exporter.get_finished_spans() if attrs(s)["lantern.run_id"] == run_id)
             == 3
         )
+
+
+async def test_a_run_left_out_by_the_sampler_tells_its_requests_so(
+    store: Store, receiver: Receiver
+) -> None:
+    """A run its sampler leaves out makes no spans at all (its steps make none either), and
+    its requests still carry the run's trace id, marked not sampled, so the services it calls
+    leave it out too."""
+    exporter = InMemorySpanExporter()
+    sampler = TraceIdRatioBased(0.5)
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+
+    def sampled(run_id: str) -> bool:
+        return tracing.trace_id_for(run_id) & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
+
+    try:
+        await apply_agent(store, http_chain("hooks", receiver.url, 2))
+        runs = [await create_run(store, "hooks", {}) for _ in range(2)]
+        while len({sampled(r.id) for r in runs}) < 2:  # one run of each kind, at least
+            runs.append(await create_run(store, "hooks", {}))
+        for run in runs:
+            assert (await drive(store, lantern.App(), run.id)).status == "succeeded"
+    finally:
+        tracing.shutdown()
+    traced = {attrs(s)["lantern.run_id"] for s in exporter.get_finished_spans()}
+    left_out = [r for r in runs if r.id not in traced]
+    assert [r.id for r in left_out] == [r.id for r in runs if not sampled(r.id)]
+    flags = {}
+    for hit in receiver.hits:
+        _, trace_hex, _, flag = hit.headers["traceparent"].split("-")
+        flags.setdefault(int(trace_hex, 16), set()).add(flag)
+    for run in runs:
+        assert flags[tracing.trace_id_for(run.id)] == ({"00"} if run in left_out else {"01"})

@@ -34,6 +34,8 @@ class RuntimeNodeProcess:
     app_dir: Path = APPS
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    warm: int | None = None  # --warm: None leaves the driver's default
+    args: tuple[str, ...] = ()  # more of lantern node's options
 
     def start(self) -> RuntimeNodeProcess:
         env = {
@@ -48,6 +50,7 @@ class RuntimeNodeProcess:
         argv = [
             LANTERN, "node", "--driver", self.driver, "--capacity", str(self.capacity),
             "--app", str(self.app_dir), "--node-id", self.node_id, "--labels", "test=1",
+            *([] if self.warm is None else ["--warm", str(self.warm)]), *self.args,
         ]  # fmt: skip
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)

@@ -134,3 +134,30 @@ def test_a_workload_gets_the_reply_and_decision_types_an_in_process_agent_gets()
     reply = lantern.ModelReply.from_json({"text": "hi", "toolCalls": [{"id": "1", "name": "t"}]})
     assert (reply.text, reply.tool_calls) == ("hi", ({"id": "1", "name": "t"},))
     assert not lantern.Approval.from_json({}).approved  # no decision journaled: rejected
+
+
+def test_a_refused_call_raises_call_refused_and_takes_no_position() -> None:
+    from lantern.workload import CallRefused
+    from lantern.workload.channel import ChannelError
+
+    class Refusing(Recorder):
+        def ask(self, op: str, **fields: Any) -> Any:
+            if op == "call":
+                raise ChannelError("ctx.tool('nope'): no such tool is registered", 422)
+            return super().ask(op, **fields)
+
+    async def work(ctx: Context) -> str:
+        try:
+            await ctx.tool("nope")
+        except CallRefused as exc:
+            refused = str(exc)
+        await ctx.step("a", lambda: 1)
+        return refused
+
+    channel = Refusing()
+    assert asyncio.run(work(Context(channel, "run-1"))) == (
+        "ctx.tool('nope'): no such tool is registered"
+    )
+    # Nothing was journaled for the refused call, so the next step is the first, as in-process.
+    started = channel.asked[0][1]["events"][0]
+    assert (started["stepId"], started["position"]) == ("a", 1)

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import site
 import sys
 import sysconfig
 import tempfile
@@ -83,6 +84,18 @@ def site_packages() -> str | None:
     return path if sys.prefix != sys.base_prefix and os.path.isdir(path) else None
 
 
+def guest_path() -> str:
+    """The guest's whole ``sys.path`` beyond the standard library: the harness runs with
+    ``python -S``, so no ``site`` module adds (or runs the ``.pth`` hooks of) anything else.
+    Outside a virtualenv the installation's own package directories, shared with it."""
+    paths = [GUEST_APP, GUEST_SRC]
+    if site_packages() is not None:
+        paths.append(GUEST_SITE)
+    else:
+        paths += [p for p in site.getsitepackages() if os.path.isdir(p)]
+    return ":".join(paths)
+
+
 def shares(app_dir: Path) -> list[Share]:
     """What every guest sees, read-only."""
     found = [Share("/usr", "/usr"), Share(python_home(), python_home())]
@@ -113,7 +126,7 @@ def guest_env(spec: VmSpec, channel: str) -> dict[str, str]:
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "LANG": "C.UTF-8",
-        "PYTHONPATH": f"{GUEST_APP}:{GUEST_SRC}:{GUEST_SITE}",
+        "PYTHONPATH": guest_path(),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "LANTERN_CHANNEL": channel,
@@ -144,7 +157,7 @@ sys.exit(main())
 
 
 def harness_argv() -> list[str]:
-    return [python_binary(), "-c", BOOT]
+    return [python_binary(), "-S", "-c", BOOT]
 
 
 class Vm(abc.ABC):
@@ -171,6 +184,9 @@ class Driver(abc.ABC):
     name: ClassVar[str]
     isolation: ClassVar[str]  # what it is, said plainly: gVisor and bubblewrap are no VMs
     strength: ClassVar[int]  # auto picks the highest that works
+    # Warm VMs a runtime node keeps booted by default (``lantern node --warm``): worth their
+    # memory where a boot takes seconds.
+    warm: ClassVar[int] = 0
 
     @abc.abstractmethod
     def unavailable(self) -> str | None:

@@ -91,6 +91,19 @@ async def naps(ctx, seconds=4.0):
     return {"woke": time.time(), "resumed": resumed()}
 
 
+async def looks_around(ctx):
+    """What the VM holds when its run begins: its /tmp, its LANTERN_* variables."""
+
+    def look():
+        seen = sorted(os.listdir("/tmp"))
+        with open(f"/tmp/left-by-{ctx.run_id}", "w") as f:
+            f.write("x")
+        env = {k: v for k, v in os.environ.items() if k.startswith("LANTERN_")}
+        return {"tmp": seen, "env": env, "resumed": resumed()}
+
+    return await ctx.step("look", look)
+
+
 async def asks_wrong(ctx):
     """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
     return await ctx.tool("no-such-tool")
