@@ -35,7 +35,19 @@ from lantern.views import run_json
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 
 
-@click.group()
+class OneLineGroup(click.Group):
+    """The root group: a usage error anywhere below it (a bad option value, a missing argument,
+    an unknown command) is one ``Error: ...`` line and exit 2, without click's usage block."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            exc.ctx = None  # click prints the usage block only when it has the context
+            raise
+
+
+@click.group(cls=OneLineGroup)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Lantern: durable execution for AI agents."""

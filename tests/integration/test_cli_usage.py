@@ -314,3 +314,22 @@ def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: P
     assert vms.returncode == 0 and "vm" in vms.stdout and run.id not in vms.stdout, vms.stderr
     assert_usage_line(remote(key, "runtime", "vms"), "needs a RUN_ID")
     assert not (tmp_path / "no-data-here").exists()  # nothing local was opened or made
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["serve", "--log-format", "xml"], "'xml' is not one of 'text', 'json'"),
+        (["serve", "--port", "-3"], "is not in the range"),
+        (["runs", "show"], "Missing argument 'RUN_ID'"),
+        (["secrets", "set"], "Missing argument 'NAME'"),
+        (["keys", "create", "--scopes"], "requires an argument"),
+        (["runtime", "vms", "run_a", "run_b"], "unexpected extra argument"),
+        (["runs", "rerun"], "No such command 'rerun'"),
+    ],
+)
+def test_every_command_s_usage_error_is_one_line(args: list[str], words: str) -> None:
+    done = in_process(*args, env=clean_env(LANTERN_DATABASE_URL="sqlite:////nonexistent/x.db"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
