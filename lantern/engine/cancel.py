@@ -25,7 +25,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         raise NotFound(f"run {run_id} not found")
     if run.finished or not await store.request_cancel(run_id):
         raise Conflict(f"run {run_id} has already finished ({run.status})")
-    await _finish_if_free(store, run_id, worker_id, ttl)
+    await finish_if_free(store, run_id, worker_id, ttl)
     # The runs its sub-agents started, and theirs: a worklist, not recursion, so a chain of
     # any depth is cancelled without exhausting the stack.
     pending = [run_id]
@@ -33,15 +33,16 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         for child in await store.children(pending.pop()):
             if child.finished or not await store.request_cancel(child.id):
                 continue  # it finished meanwhile
-            await _finish_if_free(store, child.id, worker_id, ttl)
+            await finish_if_free(store, child.id, worker_id, ttl)
             pending.append(child.id)
     found = await store.get_run(run_id)
     assert found is not None
     return found
 
 
-async def _finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
-    # Only a free or expired lease: a live holder, even in this process, cancels it itself.
+async def finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
+    """Journal a flagged run's cancellation unless a live lease holder will (a holder, even
+    in this process, cancels its run itself)."""
     lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
     if lease is not None:
         await _finish(store, lease, ttl)

@@ -72,6 +72,7 @@ from lantern.effects.claims import Deliveries
 from lantern.engine import commits
 from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly, Detector, RetryRates
+from lantern.engine.cancel import finish_if_free
 from lantern.engine.commits import WriteHealth
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
@@ -155,6 +156,11 @@ async def under_lease(
         host.keeper.drop(lease)
     if drive.final is None:  # the commit that finishes a run releases its lease itself
         await host.store.release_lease(lease)
+        # A cancel that came after the keeper's last look found the lease held, so it left
+        # the run to us; the run then parked or stopped and gave the lease up. Finish it here
+        # (its flag was set before the cancel tried the lease, so it is seen now).
+        if await host.store.cancel_requested([run.id]):
+            await finish_if_free(host.store, run.id, host.worker_id, host.keeper.ttl)
     return drive
 
 
