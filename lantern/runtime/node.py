@@ -207,7 +207,8 @@ class Node:
             )
             await asyncio.to_thread(precompile, self.app_dir)  # the app changed since, say
             running.handle = handle = await self.driver.start(spec)
-        if not await self._send(running, [{"kind": ev.VM_STARTED}]):
+        up = {"kind": ev.VM_STARTED, **({"warm": True} if warm is not None else {})}
+        if not await self._send(running, [up]):
             return
         keeper = asyncio.create_task(self._keep(running))
         outcome: dict[str, Any] = {}

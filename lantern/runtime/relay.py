@@ -360,7 +360,8 @@ class Relay:
                         await self.nondeterministic(vm, found)
                 events.append(event)
             elif kind == ev.VM_STARTED:
-                events.append(w.event(ev.VM_STARTED, vm_data(vm, driver=vm.driver)))
+                warm = {"warm": True} if entry.get("warm") is True else {}  # booted ahead
+                events.append(w.event(ev.VM_STARTED, vm_data(vm, driver=vm.driver, **warm)))
             elif kind == ev.VM_EXITED:
                 code = _code(entry)
                 outcome = entry.get("outcome")

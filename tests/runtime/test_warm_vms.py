@@ -51,6 +51,8 @@ def test_each_run_gets_a_warm_vm_of_its_own_that_holds_nothing_of_another(
         outputs.append(run["output"])
         [vm] = cluster.vms(run["id"])
         vm_ids.append(vm["vmId"])
+        started = next(e for e in cluster.events(run["id"]) if e["kind"] == "vm_started")
+        assert started["data"]["warm"] is True
     used = warm_ids(node.log)
     assert sorted(used) == sorted(vm_ids)  # every run had a warm VM...
     assert len(set(used.values())) == 3  # ...and never one another run had
