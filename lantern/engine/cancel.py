@@ -43,9 +43,17 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
 async def finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
     """Journal a flagged run's cancellation unless a live lease holder will (a holder, even
     in this process, cancels its run itself)."""
-    lease = await store.acquire_lease(run_id, worker_id, ttl, reclaim=False)
+    lease = await store.acquire_lease(run_id, _holder(worker_id), ttl, reclaim=False)
     if lease is not None:
         await _finish(store, lease, ttl)
+
+
+def _holder(worker_id: str) -> str:
+    """Whom the lease names while a cancel finishes a run: not the replica itself. A replica
+    takes back at once a lease that names its own id (its runs after a restart; the opening
+    of a queued run), so a drive of this replica starting the run meanwhile would take it
+    from under the cancel, whose commit would be refused as the run went on."""
+    return f"{worker_id}:cancel"
 
 
 async def _finish(store: Store, lease: Lease, ttl: float) -> None:

@@ -369,3 +369,48 @@ async def test_an_opening_whose_answer_is_lost_runs_each_step_once(
     assert journal.count("step_started") == 2 and journal.count("step_completed") == 2
     assert ("run_recovered" in journal) == landed
 
+
+async def test_a_cancel_on_the_replica_opening_the_run_finishes_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel made on the very replica that is opening the queued run (its API, the same
+    worker id) takes the free lease to journal the cancellation; the opening then tries to
+    lease the run. A replica takes back a lease that names its own id (its runs after a
+    restart), but not this one: the cancel goes through, and the function's step never runs.
+    It used to be taken from under the cancel, whose commit was refused (a 500 at the API)
+    while the run went on to succeed."""
+    app = lantern.App()
+    calls: list[str] = []
+    work = stepper(calls)
+
+    @app.agent("doomed")
+    async def doomed(ctx: lantern.Context) -> Any:
+        return await ctx.step("a", work, "a")
+
+    run = await create_run(store, "doomed", None, app=app)
+    start_run, events = store.start_run, store.events
+    leased, tried = asyncio.Event(), asyncio.Event()
+
+    async def start_once_the_cancel_holds_the_lease(
+        run_id: str, worker: str, ttl: float, opening: Any, update: Any
+    ) -> Any:
+        await asyncio.wait_for(leased.wait(), 10)
+        try:
+            return await start_run(run_id, worker, ttl, opening, update)
+        finally:
+            tried.set()
+
+    async def read_once_the_opening_was_tried(run_id: str, **kw: Any) -> Any:
+        leased.set()  # the cancel holds the lease and reads the journal next
+        await asyncio.wait_for(tried.wait(), 10)
+        return await events(run_id, **kw)
+
+    monkeypatch.setattr(store, "start_run", start_once_the_cancel_holds_the_lease)
+    monkeypatch.setattr(store, "events", read_once_the_opening_was_tried)
+    cancelling = asyncio.ensure_future(cancel_run(store, run.id, "w1", 60))
+    driving = asyncio.ensure_future(drive(store, app, run.id, "w1"))
+    cancelled, _ = await asyncio.gather(cancelling, driving)
+    monkeypatch.setattr(store, "events", events)
+    assert cancelled.status == "cancelled"
+    assert calls == []
+    assert await kinds(store, run.id) == [("run_cancelled", None)]
