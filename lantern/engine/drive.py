@@ -284,6 +284,10 @@ class Drive(ABC):
         """Append ``events`` (and ``update``) under the lease: durable, or LeaseLost."""
         # THE fenced commit (lantern.engine.commits), sent again across a database blink for
         # up to a lease TTL; then what a drive adds.
+        if update is not None and update.releases:
+            # Before it is sent: a renewal in flight may find the lease given up before this
+            # drive is back to drop it, and must not take that for a take-over.
+            self.host.keeper.releasing(self.lease)
         await commits.commit(
             self.host.store,
             Append(self.lease, tuple(events), update),

@@ -5,6 +5,13 @@ step; the fenced write would refuse it anyway. A renewal that cannot reach the d
 retried on the next tick while the lease still has time. The keeper also watches its runs
 for cancellation requests, so a run is stopped by the replica that executes it.
 
+A drive tells the keeper (``releasing``) before it sends a commit that gives its lease up (a
+park, the run's end): a renewal pass that read the lease before, and reached the database
+after that commit landed, finds the lease given up and may answer before the drive is back
+from its commit to ``drop`` it. That is the drive's own release, not a take-over: the lease
+is renewed no more, and nothing is logged or marked lost. Were it taken over meanwhile, the
+commit itself is refused (LeaseLost) and the drive says so.
+
 Both loops live as long as the keeper (the worker), idle or not. They used to end when they
 found nothing held, each on its own clock (the cancel watch within half a second, the renewal
 after up to TTL/3), and a run held next found one of them still alive, so the dead one was
@@ -38,6 +45,7 @@ class LeaseKeeper:
         self._held: dict[str, Lease] = {}
         self._on_cancel: dict[str, Callable[[], None]] = {}
         self._lost: set[str] = set()
+        self._releasing: set[str] = set()  # a commit that gives the lease up is in flight
         self._renewed: dict[str, float] = {}  # run_id -> monotonic time of the last renewal
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closed = False
@@ -60,6 +68,7 @@ class LeaseKeeper:
     def hold(self, lease: Lease, on_cancel: Callable[[], None] | None = None) -> None:
         self._held[lease.run_id] = lease
         self._lost.discard(lease.run_id)
+        self._releasing.discard(lease.run_id)
         self._renewed[lease.run_id] = time.monotonic()
         if on_cancel is not None:
             self._on_cancel[lease.run_id] = on_cancel
@@ -70,6 +79,14 @@ class LeaseKeeper:
             del self._held[lease.run_id]
             self._on_cancel.pop(lease.run_id, None)
             self._renewed.pop(lease.run_id, None)
+            self._releasing.discard(lease.run_id)
+
+    def releasing(self, lease: Lease) -> None:
+        """A commit that gives ``lease`` up is about to be sent: a renewal that finds the lease
+        gone from now on found that commit's doing (were it another holder's, the commit is
+        refused and its drive says so)."""
+        if self._held.get(lease.run_id) == lease:
+            self._releasing.add(lease.run_id)
 
     def lost(self, run_id: str) -> bool:
         return run_id in self._lost
@@ -107,10 +124,14 @@ class LeaseKeeper:
                     if self._held.get(lease.run_id) == lease:
                         self._renewed[lease.run_id] = sent
                     continue
-                if self._held.get(lease.run_id) == lease:  # not given up meanwhile by its drive
-                    log.warning("run %s: lease epoch %s was taken over", lease.run_id, lease.epoch)
-                    self._lost.add(lease.run_id)
-                    self.drop(lease)
+                if self._held.get(lease.run_id) != lease:
+                    continue  # dropped meanwhile by its drive
+                if lease.run_id in self._releasing:
+                    self.drop(lease)  # its drive's commit gave it up; its drop is on the way
+                    continue
+                log.warning("run %s: lease epoch %s was taken over", lease.run_id, lease.epoch)
+                self._lost.add(lease.run_id)
+                self.drop(lease)
 
     async def _watch_cancels(self) -> None:
         while True:

@@ -3,7 +3,8 @@ flight (an async one at once; a sync tool in a thread at its return), on both ba
 
 The keeper's two loops used to end on their own clocks once nothing was held: the cancel
 watch within half a second, the renewal after up to TTL/3. A run held next found the other
-loop still alive, so the dead one was never started again. Both orders are tested.
+loop still alive, so the dead one was never started again. Both orders are tested. A renewal
+answered after the drive's own releasing commit landed is no take-over; a real one is reported.
 """
 
 from __future__ import annotations
@@ -184,3 +185,99 @@ async def test_cancel_stops_a_sync_tool_at_its_return(store: Store, cancel_worke
     assert "next" not in {e.step_id for e in events}
     assert events[-1].kind == "run_cancelled"
     assert events[-1].data["uninterruptible"] == ["slow"]
+
+
+# A renewal in flight while a drive's own commit gives its lease up (a park, the run's end).
+
+
+async def test_a_renewal_answered_after_a_releasing_commit_is_no_take_over(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewal pass reads the held leases; the run's commit gives its lease up; the
+    renewal then reaches the database, finds the lease given up and answers before the drive
+    is back from its commit (under load, with group commit, it often is first). That is the
+    drive's own release, not a take-over: nothing says one happened, at the park nor at the
+    run's end, and the parked run, woken on the same replica, runs to its end."""
+    app = lantern.App()
+
+    async def noop() -> str:
+        return "ok"
+
+    @app.agent("nap")
+    async def nap(ctx: lantern.Context) -> str:
+        await ctx.step("before", noop)
+        await ctx.sleep("nap", seconds=0.2)
+        result: str = await ctx.step("after", noop)
+        return result
+
+    run = await create_run(store, "nap", None, app=app)
+    ttl = 1.5  # a renewal pass every 0.5 s
+    landed, answered = asyncio.Event(), asyncio.Event()
+    append, renew = store.append, store.renew_leases
+    raced: list[str] = []
+
+    async def append_then_wait(batch: Any) -> None:
+        await append(batch)
+        if batch.update is not None and batch.update.releases:
+            landed.set()  # in the database; the drive is not back from its commit yet
+            await asyncio.wait_for(answered.wait(), ttl * 2)
+            raced.append(batch.update.status)
+            landed.clear()
+            answered.clear()
+
+    async def renew_after_the_release(leases: Any, ttl: float) -> set[str]:
+        late = landed.is_set() and any(lease.run_id == run.id for lease in leases)
+        renewed = await renew(leases, ttl)
+        if late:
+            answered.set()  # the keeper reads this answer before the drive goes on
+        return renewed
+
+    monkeypatch.setattr(store, "append", append_then_wait)
+    monkeypatch.setattr(store, "renew_leases", renew_after_the_release)
+    caplog.set_level("WARNING", logger="lantern")
+    async with Worker(store, app, worker_id="w1", lease_ttl=ttl) as w:
+        assert w.runner is not None
+        parked = await w.runner.drive(run.id)
+        assert parked is not None and parked.status == "waiting"
+        assert not w.keeper.lost(run.id)
+        await asyncio.sleep(0.25)  # the nap is due
+        leases = await store.claim_runs("w1", ttl, 10, ("queued",))
+        assert [lease.run_id for lease in leases] == [run.id]
+        done = await w.runner.drive(run.id, leases[0])
+        assert done is not None and done.status == "succeeded", done
+        assert not w.keeper.lost(run.id)
+    assert raced == ["waiting", "succeeded"], "the renewal never raced the commit"
+    said = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert said == [], said
+
+
+async def test_a_lease_taken_over_is_still_reported(
+    keeper_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal that finds another holder's epoch says so, and the drive may start nothing
+    more under the lease it had."""
+    store = keeper_store
+    lease = await leased(store, ttl=0.2)
+    await asyncio.sleep(0.3)  # expired: a sweep elsewhere takes it
+    thief = await store.acquire_lease(lease.run_id, "w2", 60, reclaim=False)
+    assert thief is not None and thief.epoch == lease.epoch + 1
+    renew, answered = store.renew_leases, asyncio.Event()
+
+    async def renew_then_say(leases: Any, ttl: float) -> set[str]:
+        renewed = await renew(leases, ttl)
+        answered.set()  # the keeper reads this answer before the test goes on
+        return renewed
+
+    monkeypatch.setattr(store, "renew_leases", renew_then_say)
+    caplog.set_level("WARNING", logger="lantern")
+    keeper = LeaseKeeper(store, ttl=0.6)  # a renewal pass every 0.2 s
+    try:
+        keeper.hold(lease, lambda: None)
+        await asyncio.wait_for(answered.wait(), 3)
+        await asyncio.sleep(0)
+        assert keeper.lost(lease.run_id)
+        assert not keeper.live(lease.run_id)
+    finally:
+        await keeper.close()
+    said = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert said == [f"run {lease.run_id}: lease epoch {lease.epoch} was taken over"]
