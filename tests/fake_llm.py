@@ -220,7 +220,9 @@ class FakeProvider:
             self.arrived.set()
             self._release.wait(60)
         if failure is not None:
-            error = {"error": {"type": "overloaded_error", "message": f"fake {failure}"}}
+            error: dict[str, Any] = {
+                "error": {"type": "overloaded_error", "message": f"fake {failure}"}
+            }
             if api == "anthropic":
                 error["type"] = "error"
             return failure, json.dumps(error).encode()
@@ -370,7 +372,7 @@ def _openai_stream(request: Request, answer: Turn) -> list[Frame]:
 def _anthropic_stream(request: Request, answer: Turn) -> list[Frame]:
     """What Anthropic's messages API streams for ``answer``."""
     prompt, completion = _usage(request)
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_{len(request.body['messages'])}",
         "type": "message",
         "role": "assistant",
@@ -384,7 +386,7 @@ def _anthropic_stream(request: Request, answer: Turn) -> list[Frame]:
         (_sse({"type": "message_start", "message": message}, "message_start"), False)
     ]
     if isinstance(answer, str):
-        block = {"type": "text", "text": ""}
+        block: dict[str, Any] = {"type": "text", "text": ""}
         frames.append(
             (
                 _sse(

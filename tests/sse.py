@@ -38,7 +38,8 @@ async def frames(
             await response.aread()
             raise AssertionError(f"stream answered {response.status_code}: {response.text}")
         assert response.headers["content-type"].startswith("text/event-stream")
-        event, data, last = "message", [], None
+        event, last = "message", None
+        data: list[str] = []
         async for line in response.aiter_lines():
             if not line:
                 if data:

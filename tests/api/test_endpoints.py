@@ -4,7 +4,7 @@ against a real `lantern serve`."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import httpx
@@ -193,7 +193,7 @@ def test_keys_need_their_scopes(api_server: Server, alice: Caller) -> None:
     alice.put("/v1/agents/noop", json=NOOP)
     run_id = alice.post("/v1/runs", json={"agentName": "noop", "input": {"x": 0}}).json()["id"]
     finished(alice, run_id)
-    calls = {
+    calls: dict[str, Callable[[Caller], httpx.Response]] = {
         "runs:execute": lambda c: c.post("/v1/runs", json={"agentName": "noop"}),
         "runs:read": lambda c: c.get(f"/v1/runs/{run_id}"),
         "runs:approve": lambda c: c.post(

@@ -12,11 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import lantern
@@ -39,7 +46,9 @@ async def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     while not release.exists():  # noqa: ASYNC110, ASYNC240
         await asyncio.sleep(0.05)
     answer = messages[-1].parts[0]
-    count = answer.content["count"]  # type: ignore[union-attr]
+    assert isinstance(answer, ToolReturnPart) and isinstance(answer.content, dict)
+    stocked: Mapping[str, object] = answer.content  # what stock returned
+    count = stocked["count"]
     return ModelResponse(parts=[TextPart(f"{count} lamps in stock")])
 
 

@@ -76,6 +76,7 @@ async def test_a_connector_without_a_policy_retries_a_503_after_a_journaled_back
     async with Worker(store, lantern.App(), worker_id="w1", lease_ttl=60) as w:
         assert w.runner is not None
         done = await w.runner.drive(run.id)
+    assert done is not None
     assert done.status == "succeeded", done.error
     assert receiver.count("/flaky") == 2
     retrying = [e for e in await store.events(run.id) if e.kind == "step_retrying"]
@@ -92,6 +93,7 @@ async def test_max_attempts_1_turns_the_default_retries_off(
     async with Worker(store, lantern.App(), worker_id="w1", lease_ttl=60) as w:
         assert w.runner is not None
         done = await w.runner.drive(run.id)
+    assert done is not None
     assert done.status == "failed" and receiver.count("/flaky") == 1
 
 

@@ -140,7 +140,7 @@ def test_bad_registrations_are_refused_clearly() -> None:
     with pytest.raises(lantern.UsageError, match=re.escape("command=[...] (stdio) or url")):
         app.mcp("x")
     with pytest.raises(lantern.UsageError, match="command is a list"):
-        app.mcp("x", command="python server.py")  # type: ignore[arg-type]
+        app.mcp("x", command="python server.py")  # a str is a Sequence[str] to mypy
     with pytest.raises(lantern.UsageError, match="letters, digits"):
         app.mcp("a.b", command=["x"])
     with pytest.raises(lantern.UsageError, match="http:// or https://"):
@@ -267,6 +267,7 @@ async def test_ctx_tool_calls_an_mcp_tool_as_a_step_with_its_key_replayed_after_
             done = await w.runner.drive(run.id)
     finally:
         await app.aclose()
+    assert done is not None
     assert done.status == "succeeded", done.error
     # notes.add ran once, before the crash; the replay served its output from the journal.
     assert done.output == {"added": {"count": 1, "text": "tea"}, "found": {"result": ["tea"]}}
@@ -294,6 +295,7 @@ async def test_ctx_tool_with_its_server_down_fails_the_step_class_tool_retryable
     async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
         assert w.runner is not None
         done = await w.runner.drive(run.id)
+    assert done is not None
     assert done.status == "failed"
     failed = [e for e in await store.events(run.id) if e.kind == "step_failed"]
     assert [e.step_id for e in failed] == ["gone.add"]
@@ -382,6 +384,7 @@ async def test_ctx_model_offers_an_mcp_tool_and_its_replay_starts_no_server(
             done = await w.runner.drive(run.id)
     finally:
         await second.aclose()
+    assert done is not None
     assert done.status == "succeeded", done.error
     assert done.output == "Noted."
     (sent,) = fake.calls()  # the model step was replayed, not sent again

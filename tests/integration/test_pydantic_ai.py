@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import lantern
@@ -55,7 +62,9 @@ class Weather:
         if turn == 1:
             return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Oslo"})])
         answer = messages[-1].parts[0]
-        return ModelResponse(parts=[TextPart(f"It is {answer.content['temp']} C")])  # type: ignore[union-attr]
+        assert isinstance(answer, ToolReturnPart) and isinstance(answer.content, dict)
+        looked: Mapping[str, object] = answer.content  # what lookup returned
+        return ModelResponse(parts=[TextPart(f"It is {looked['temp']} C")])
 
     def lookup(self, city: str) -> dict[str, Any]:
         """The temperature in a city."""

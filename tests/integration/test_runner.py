@@ -77,7 +77,8 @@ async def test_a_diamond_runs_each_step_once_and_joins(store: Store) -> None:
     assert calls == {"left": 1, "right": 1, "join": 1}
     events = await store.events(run.id)
     completed = [e.step_id for e in events if e.kind == "step_completed"]
-    assert sorted(completed) == ["join", "left", "right", "start"]
+    assert None not in completed  # a step event names its step
+    assert sorted(s for s in completed if s is not None) == ["join", "left", "right", "start"]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[-1].kind == "run_succeeded"
     # Every step was journaled as started before it completed.
@@ -292,8 +293,8 @@ async def test_the_journal_is_hash_chained_and_tampering_is_named(
     else:
         import psycopg
 
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
+        with psycopg.connect(database_url, autocommit=True) as pg:
+            pg.execute(
                 'UPDATE journal_events SET data = \'{"type":"forged"}\''
                 " WHERE run_id = %s AND seq = 4",
                 (run.id,),

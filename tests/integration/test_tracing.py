@@ -312,7 +312,7 @@ async def test_a_run_left_out_by_the_sampler_tells_its_requests_so(
     traced = {attrs(s)["lantern.run_id"] for s in exporter.get_finished_spans()}
     left_out = [r for r in runs if r.id not in traced]
     assert [r.id for r in left_out] == [r.id for r in runs if not sampled(r.id)]
-    flags = {}
+    flags: dict[int, set[str]] = {}
     for hit in receiver.hits:
         _, trace_hex, _, flag = hit.headers["traceparent"].split("-")
         flags.setdefault(int(trace_hex, 16), set()).add(flag)

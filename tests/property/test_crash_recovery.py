@@ -39,9 +39,11 @@ def dags(draw: st.DrawFn) -> list[list[int]]:
 
 
 def definition(name: str, preds: list[list[int]]) -> dict[str, Any]:
-    node = lambda i: "start" if i == 0 else f"n{i}"  # noqa: E731
+    def node(i: int) -> str:
+        return "start" if i == 0 else f"n{i}"
+
     nodes: list[dict[str, Any]] = [{"id": "start", "type": "trigger"}]
-    edges = []
+    edges: list[dict[str, str]] = []
     for i, ps in enumerate(preds, start=1):
         inputs = {node(p): f"{{{{ steps.{node(p)}.output }}}}" for p in ps}
         nodes.append(

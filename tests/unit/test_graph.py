@@ -69,6 +69,7 @@ def test_the_email_connector_of_the_contract_example_parses() -> None:
         },
     }
     g = parse_agent(fan_out(node))
+    assert isinstance(g, Graph)
     assert g.nodes["mail"].data["connector"] == "email"
 
 
@@ -89,7 +90,9 @@ def test_the_email_connector_of_the_contract_example_parses() -> None:
 def test_valid_email_connectors_parse(data: dict[str, Any]) -> None:
     node = mail("m", **data)
     node["data"] = {k: v for k, v in node["data"].items() if v is not None}  # None: left out
-    assert parse_agent(fan_out(node)).nodes["m"].data == node["data"]
+    g = parse_agent(fan_out(node))
+    assert isinstance(g, Graph)
+    assert g.nodes["m"].data == node["data"]
 
 
 @pytest.mark.parametrize(
@@ -166,12 +169,14 @@ def test_a_valid_diamond_parses_with_its_structure() -> None:
 
 def test_a_trigger_alone_is_a_valid_graph_and_its_own_sink() -> None:
     g = parse_agent(agent([START], []))
+    assert isinstance(g, Graph)
     assert g.sinks == ("start",)
     assert g.predecessors["start"] == ()
 
 
 def test_the_parsed_graph_is_read_only() -> None:
     g = parse_agent(fan_out(tool("a")))
+    assert isinstance(g, Graph)
     with pytest.raises(TypeError):
         g.nodes["x"] = g.nodes["a"]  # type: ignore[index]
     with pytest.raises(TypeError):
@@ -188,11 +193,13 @@ def test_a_valid_definition_with_retry_and_templates_parses() -> None:
             )
         )
     )
+    assert isinstance(g, Graph)
     assert g.nodes["a"].data["retry"]["maxAttempts"] == 3
 
 
 def test_an_edge_listed_twice_is_one_edge() -> None:
     g = parse_agent(agent([START, tool("a")], [edge("start", "a"), edge("start", "a")]))
+    assert isinstance(g, Graph)
     assert g.predecessors["a"] == ("start",)
     assert g.successors["start"] == ("a",)
 
@@ -508,4 +515,5 @@ def test_edges_out_of_an_approval_are_taken_on_their_decision() -> None:
             },
         }
     )
+    assert isinstance(graph, Graph)
     assert graph.conditions == {("ok", "send"): "approved", ("ok", "apologise"): "rejected"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -19,12 +20,20 @@ def graph(*edges: tuple[str, str]) -> Graph:
                 ids.append(n)
     nodes: list[dict[str, Any]] = [{"id": "start", "type": "trigger"}]
     nodes += [{"id": n, "type": "tool", "data": {"tool": "t"}} for n in ids[1:]]
-    return parse_agent(
+    parsed = parse_agent(
         {
             "name": "g",
             "graph": {"nodes": nodes, "edges": [{"source": s, "target": t} for s, t in edges]},
         }
     )
+    assert isinstance(parsed, Graph)
+    return parsed
+
+
+def outputs(ids: Iterable[str]) -> dict[str, Any]:
+    """Completed steps as the interpreter takes them, outputs by node: null outputs here, as
+    these graphs have no conditions and only which nodes completed matters."""
+    return dict.fromkeys(ids)
 
 
 CHAIN = graph(("start", "a"), ("a", "b"), ("b", "c"))
@@ -38,36 +47,40 @@ FORK = graph(("start", "a"), ("start", "b"), ("a", "c"), ("a", "d"))
 
 
 def test_ready_walks_a_chain_one_node_at_a_time() -> None:
-    assert ready(CHAIN, completed=set(), started=set()) == ["start"]
-    assert ready(CHAIN, completed={"start"}, started={"start"}) == ["a"]
-    assert ready(CHAIN, completed={"start"}, started={"start", "a"}) == []  # a is in flight
-    assert ready(CHAIN, completed={"start", "a"}, started={"start", "a"}) == ["b"]
-    assert ready(CHAIN, completed={"start", "a", "b"}, started={"start", "a", "b"}) == ["c"]
+    assert ready(CHAIN, completed={}, started=set()) == ["start"]
+    assert ready(CHAIN, completed=outputs({"start"}), started={"start"}) == ["a"]
+    assert (
+        ready(CHAIN, completed=outputs({"start"}), started={"start", "a"}) == []
+    )  # a is in flight
+    assert ready(CHAIN, completed=outputs({"start", "a"}), started={"start", "a"}) == ["b"]
+    assert ready(CHAIN, completed=outputs({"start", "a", "b"}), started={"start", "a", "b"}) == [
+        "c"
+    ]
     everything = {"start", "a", "b", "c"}
-    assert ready(CHAIN, completed=everything, started=everything) == []
+    assert ready(CHAIN, completed=outputs(everything), started=everything) == []
 
 
 def test_ready_starts_both_branches_of_a_diamond_together() -> None:
-    assert ready(DIAMOND, {"start"}, {"start"}) == ["a", "b"]  # in definition order
+    assert ready(DIAMOND, outputs({"start"}), {"start"}) == ["a", "b"]  # in definition order
 
 
 def test_a_join_waits_for_every_predecessor() -> None:
     done = {"start", "a"}
-    assert ready(DIAMOND, done, done | {"b"}) == []  # b still in flight
-    assert ready(DIAMOND, done, done) == ["b"]  # b not even started: b, not the join
+    assert ready(DIAMOND, outputs(done), done | {"b"}) == []  # b still in flight
+    assert ready(DIAMOND, outputs(done), done) == ["b"]  # b not even started: b, not the join
     done = {"start", "b"}
-    assert ready(DIAMOND, done, done | {"a"}) == []
+    assert ready(DIAMOND, outputs(done), done | {"a"}) == []
     done = {"start", "a", "b"}
-    assert ready(DIAMOND, done, done) == ["join"]
+    assert ready(DIAMOND, outputs(done), done) == ["join"]
     done |= {"join"}
-    assert ready(DIAMOND, done, done) == ["end"]
+    assert ready(DIAMOND, outputs(done), done) == ["end"]
 
 
 def test_ready_never_returns_a_started_or_completed_node() -> None:
     done = {"start", "a", "b"}
-    assert ready(DIAMOND, done, done | {"join"}) == []
+    assert ready(DIAMOND, outputs(done), done | {"join"}) == []
     # completed but (oddly) absent from started: still not ready again
-    assert ready(DIAMOND, {"start", "a", "b", "join"}, {"start"}) == ["end"]
+    assert ready(DIAMOND, outputs({"start", "a", "b", "join"}), {"start"}) == ["end"]
 
 
 def test_ready_takes_any_collection() -> None:
@@ -79,13 +92,13 @@ def test_ready_takes_any_collection() -> None:
 
 
 def test_finished_needs_every_node_completed() -> None:
-    assert not finished(DIAMOND, set())
-    assert not finished(DIAMOND, {"start", "a", "b", "join"})
-    assert finished(DIAMOND, {"start", "a", "b", "join", "end"})
+    assert not finished(DIAMOND, {})
+    assert not finished(DIAMOND, outputs({"start", "a", "b", "join"}))
+    assert finished(DIAMOND, outputs({"start", "a", "b", "join", "end"}))
 
 
 def test_finished_ignores_steps_that_are_only_started() -> None:
-    assert not finished(CHAIN, {"start", "a", "b"})
+    assert not finished(CHAIN, outputs({"start", "a", "b"}))
     assert finished(CHAIN, {"start": 1, "a": 2, "b": 3, "c": 4})
 
 
@@ -112,6 +125,7 @@ def test_a_trigger_alone_outputs_the_input() -> None:
     alone = parse_agent(
         {"name": "echo", "graph": {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}}
     )
+    assert isinstance(alone, Graph)
     assert run_output(alone, {"start": {"x": 1}}) == {"x": 1}
 
 

@@ -2,19 +2,19 @@
 
 import time
 
-from lantern.workload import resumed
+from lantern.workload import Context, resumed
 
 
-def _now():
+def _now() -> float:
     return time.time()
 
 
-async def one(ctx):
+async def one(ctx: Context) -> str:
     await ctx.step("first", _now)
     return "ok"
 
 
-async def hold(ctx, seconds=10.0):
+async def hold(ctx: Context, seconds: float = 10.0) -> str:
     await ctx.step("first", _now)
     await ctx.step("hold", time.sleep, 0.01 if resumed() else seconds)
     return "ok"

@@ -1,34 +1,42 @@
 """A workload that tries to get out of its VM and says what it managed."""
 
+from __future__ import annotations
+
+import functools
 import os
 import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the type checker only: at run time the workload imports no Lantern
+    from lantern.workload import Context
 
 
-def _try(fn):
+def _try(fn: Callable[[], object]) -> dict[str, Any]:
     try:
         return {"ok": True, "value": fn()}
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def _read(path):
+def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
 
 
-def _write_app():
+def _write_app() -> str:
     with open("/app/written-by-vm", "w") as f:
         f.write("x")
     return "written"
 
 
-def _connect(port):
+def _connect(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
         return s.recv(16).decode()
 
 
-def _processes(marker):
-    found = []
+def _processes(marker: str) -> list[str]:
+    found: list[str] = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
@@ -40,9 +48,11 @@ def _processes(marker):
     return found
 
 
-async def escape(ctx, host_files, port, marker, env_name):
+async def escape(
+    ctx: Context, host_files: list[str], port: int, marker: str, env_name: str
+) -> dict[str, Any]:
     return {
-        "read": [_try(lambda p=p: _read(p)) for p in host_files],
+        "read": [_try(functools.partial(_read, p)) for p in host_files],
         "root": _try(lambda: os.listdir("/root")),
         "write_app": _try(_write_app),
         "connect": _try(lambda: _connect(port)),

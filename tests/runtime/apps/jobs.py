@@ -3,20 +3,22 @@
 import os
 import signal
 import time
+from typing import Any
 
-from lantern.workload import resumed
+from lantern.workload import Context, resumed
+from lantern.workload.context import BlockingContext
 
 
-def _stamp(name):
+def _stamp(name: str) -> dict[str, Any]:
     return {"step": name, "at": time.time(), "resumed": resumed()}
 
 
-def _wait(seconds):
+def _wait(seconds: float) -> dict[str, Any]:
     time.sleep(seconds)
     return {"slept": seconds}
 
 
-async def three(ctx, hold=0.0):
+async def three(ctx: Context, hold: float = 0.0) -> dict[str, Any]:
     """a, then b (held ``hold`` seconds unless resumed), then c."""
     a = await ctx.step("a", _stamp, "a")
     b = await ctx.step("b", _wait, 0.05 if resumed() else hold)
@@ -24,24 +26,24 @@ async def three(ctx, hold=0.0):
     return {"a": a, "b": b, "c": c, "resumed": resumed()}
 
 
-async def crash(ctx):
+async def crash(ctx: Context) -> str:
     """Its VM dies mid-step every time: a lost VM, not a workload's own end."""
     await ctx.step("a", _stamp, "a")
     await ctx.step("die", os.kill, os.getpid(), signal.SIGKILL)
     return "unreachable"
 
 
-async def fails(ctx):
+async def fails(ctx: Context) -> None:
     await ctx.step("a", _stamp, "a")
     raise ValueError("the workload gave up")
 
 
-def forever(ctx):
+def forever(ctx: BlockingContext) -> None:
     time.sleep(3600)
 
 
-async def writes_app(ctx):
-    def write():
+async def writes_app(ctx: Context) -> dict[str, Any]:
+    def write() -> None:
         with open("/app/out.txt", "w") as f:
             f.write("x")
 
@@ -52,13 +54,13 @@ async def writes_app(ctx):
     return {"denied": None}
 
 
-def plain(ctx, n=2):
+def plain(ctx: BlockingContext, n: int = 2) -> dict[str, Any]:
     """A plain def: its ctx blocks and returns values."""
     doubled = ctx.step("double", lambda: n * 2)
     return {"doubled": doubled, "run": ctx.run_id}
 
 
-async def asks(ctx, topic="otters"):
+async def asks(ctx: Context, topic: str = "otters") -> dict[str, Any]:
     """ctx.model and ctx.tool from inside the VM: the control plane performs both."""
     reply = await ctx.model("gpt-4o-mini", prompt=f"Write a line about {topic}", name="line")
     looked = await ctx.tool("crm.lookup", id="c-7")
@@ -71,12 +73,12 @@ async def asks(ctx, topic="otters"):
     }
 
 
-def asks_plain(ctx):
+def asks_plain(ctx: BlockingContext) -> dict[str, Any]:
     """The same from a plain def: its ctx blocks and returns the reply."""
     return {"text": ctx.model("gpt-4o-mini", prompt="Hi").text}
 
 
-async def approves(ctx):
+async def approves(ctx: Context) -> dict[str, Any]:
     """Waits: a timer, a decision, a child run; the journal has them as in-process."""
     await ctx.sleep("cool-down", seconds=0.2)
     verdict = await ctx.approval("publish", prompt="Publish?")
@@ -84,17 +86,17 @@ async def approves(ctx):
     return {"approved": verdict.approved, "by": verdict.by, "child": child}
 
 
-async def naps(ctx, seconds=4.0):
+async def naps(ctx: Context, seconds: float = 4.0) -> dict[str, Any]:
     """A durable timer: a VM lost mid-sleep is resumed and waits out the rest only."""
     await ctx.step("a", _stamp, "a")
     await ctx.sleep("nap", seconds=seconds)
     return {"woke": time.time(), "resumed": resumed()}
 
 
-async def looks_around(ctx):
+async def looks_around(ctx: Context) -> Any:
     """What the VM holds when its run begins: its /tmp, its LANTERN_* variables."""
 
-    def look():
+    def look() -> dict[str, Any]:
         seen = sorted(os.listdir("/tmp"))
         with open(f"/tmp/left-by-{ctx.run_id}", "w") as f:
             f.write("x")
@@ -104,6 +106,6 @@ async def looks_around(ctx):
     return await ctx.step("look", look)
 
 
-async def asks_wrong(ctx):
+async def asks_wrong(ctx: Context) -> Any:
     """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
     return await ctx.tool("no-such-tool")
