@@ -9,6 +9,7 @@ keeper's next look (both backends, a real server)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import httpx
@@ -45,19 +46,21 @@ def test_a_cancel_just_before_a_park_finishes_the_run(api_server: Server) -> Non
         for _ in range(RUNS):
             made = api.post("/v1/runs", json={"agentName": "nap-then-ask", "input": {}})
             run_id = made.json()["id"]
-            wait_until(lambda r=run_id: _napping(api, r), every=0.01)
+            wait_until(functools.partial(_napping, api, run_id), every=0.01)
             cancelled = api.post(f"/v1/runs/{run_id}/cancel")
             assert cancelled.status_code in (200, 202), cancelled.text
             runs.append(run_id)
         ends: dict[str, Any] = {}
         for run_id in runs:
-            wait_until(
-                lambda r=run_id: api.get(f"/v1/runs/{r}").json()["status"] == "cancelled",
-                timeout=15,
-            )
+            wait_until(functools.partial(_cancelled, api, run_id), timeout=15)
             ends[run_id] = _kinds(api, run_id)
     for kinds in ends.values():
         assert kinds[-1] == "run_cancelled" and kinds.count("run_cancelled") == 1
+
+
+def _cancelled(api: httpx.Client, run_id: str) -> bool:
+    status: str = api.get(f"/v1/runs/{run_id}").json()["status"]
+    return status == "cancelled"
 
 
 def _napping(api: httpx.Client, run_id: str) -> bool:

@@ -13,7 +13,7 @@ from tests.conftest import sqlite_url
 from tests.helpers import wait_until
 from tests.server import Server, make_key
 
-REVIEW = {
+REVIEW: dict[str, Any] = {
     "name": "review",
     "graph": {
         "nodes": [

@@ -54,7 +54,7 @@ NOOP = {
 
 
 @schemathesis.check
-def problem_details(ctx: CheckContext, response: Response, case: Case) -> bool | None:
+def problem_details(ctx: CheckContext, response: Response, case: Case[Any]) -> bool | None:
     """A 4xx or 5xx answer is RFC 9457 problem+json with type, title, status and detail."""
     if response.status_code < 400:
         return None

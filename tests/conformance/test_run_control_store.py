@@ -70,7 +70,7 @@ async def test_recent_step_usage_reads_the_agents_succeeded_runs(store: Store) -
             ev(1, "step_completed", "m", output={"usage": usage, "text": "hi"}),
             ev(2, "step_completed", "t", output={"plain": True}),
         )
-        await store.append(Append(lease, events, RunUpdate(status)))  # type: ignore[arg-type]
+        await store.append(Append(lease, events, RunUpdate(status)))
     [succeeded] = await store.list_runs("default", status="succeeded")
     assert await store.recent_step_usage("default", "a") == [(succeeded.id, "m", usage)]
     assert await store.recent_step_usage("default", "other") == []

@@ -19,7 +19,7 @@ from lantern.models import router
 from lantern.store import Event, Run, Store
 from tests.crash.processes import Serve
 from tests.crash.test_sigkill import wait_for_status
-from tests.fake_llm import FakeProvider, Script
+from tests.fake_llm import FakeProvider, Script, Turn
 
 PROVIDERS = ["gpt-4o-mini", "claude-haiku-4-5"]
 
@@ -143,7 +143,7 @@ async def test_killed_while_a_model_call_is_in_flight_it_is_repeated_once_with_t
 
 # ----------------------------------------------------------------------------- plain agents
 
-HELPER_TURNS = [
+HELPER_TURNS: list[Turn] = [
     [("crm_lookup", {"id": "c-42"})],
     [("orders_list", {"customer": "c-42", "limit": 5})],
     "Ada has orders 1 and 2.",

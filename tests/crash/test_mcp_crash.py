@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from lantern.engine.runs import apply_agent, create_run
 from lantern.ids import idempotency_key
@@ -15,7 +16,7 @@ from lantern.store import Store
 from tests.crash.processes import Serve
 from tests.crash.test_sigkill import completions, wait_for_status
 
-NOTES = {
+NOTES: dict[str, Any] = {
     "name": "notes-then-noop",
     "graph": {
         "nodes": [

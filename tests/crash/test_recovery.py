@@ -79,8 +79,8 @@ async def test_five_replicas_recover_thirty_orphans_each_exactly_once(
         for r in runs:
             await wait_for_status(store, r.id, "succeeded", timeout=60)
     finally:
-        for r in replicas:
-            r.stop()
+        for serving in replicas:
+            serving.stop()
     takers: Counter[str] = Counter()
     for r in runs:
         events = await store.events(r.id)

@@ -81,9 +81,9 @@ def test_a_parked_run_survives_two_sigkills_and_resumes_on_the_replica_that_appr
                 f"/v1/runs/{run_id}/approvals/ok", json={"decision": "approve", "comment": "go"}
             )
             assert decided.status_code == 202, decided.text
-            again = api.post(f"/v1/runs/{run_id}/approvals/ok", json={"decision": "reject"})
-            assert again.status_code == 409
-            assert again.headers["content-type"].startswith("application/problem+json")
+            twice = api.post(f"/v1/runs/{run_id}/approvals/ok", json={"decision": "reject"})
+            assert twice.status_code == 409
+            assert twice.headers["content-type"].startswith("application/problem+json")
             run = wait_status(api, run_id, "succeeded")
             events = api.get(f"/v1/runs/{run_id}/events").json()["items"]
     finally:

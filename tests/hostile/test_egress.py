@@ -52,7 +52,7 @@ def refused(tenant: Tenant, run_id: str, address: str) -> dict[str, Any]:
     events = tenant.events(run_id)
     failed = [e for e in events if e["kind"] == "step_failed"]
     assert len(failed) == 1, events
-    error = failed[0]["data"]["error"]
+    error: dict[str, Any] = failed[0]["data"]["error"]
     assert error["class"] == "connector" and error["retryable"] is False, error
     assert "egress refused" in error["message"], error
     assert address in error["message"] and "LANTERN_EGRESS_ALLOW" in error["message"], error

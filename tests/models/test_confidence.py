@@ -103,7 +103,7 @@ async def test_a_high_self_rating_passes_in_a_second_keyed_call(
     keys = fake.keys()
     assert len(keys) == 2 and len(set(keys)) == 2  # the rating has a key of its own
     assert RATE in fake.requests[1].body["messages"][-1]["content"]
-    assert run.usage.model_calls == 2  # type: ignore[attr-defined]
+    assert run.usage.model_calls == 2
 
 
 async def test_a_low_score_parks_the_run_until_someone_approves_the_answer(

@@ -6,7 +6,7 @@ The real SDKs, the fake provider over real HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,7 +16,10 @@ from lantern.models.openai import OpenAIProvider
 from lantern.models.records import Message, ModelRequest, Provider
 from tests.fake_llm import FakeProvider, Script
 
-PROVIDERS = {"openai": OpenAIProvider, "anthropic": AnthropicProvider}
+PROVIDERS: dict[str, Callable[[], Provider]] = {
+    "openai": OpenAIProvider,
+    "anthropic": AnthropicProvider,
+}
 AT_ONCE = 2 * outbound.POOLS
 
 
@@ -51,7 +54,9 @@ async def test_concurrent_calls_are_spread_over_the_pools_and_released(
         assert len(spread.pools) == outbound.POOLS
         fake.hold()
         calls = [
-            asyncio.create_task(provider.complete(request(f"k{n}"), None if n % 2 else [].append))
+            asyncio.create_task(
+                provider.complete(request(f"k{n}"), None if n % 2 else list[str]().append)
+            )
             for n in range(AT_ONCE)
         ]
         for _ in range(1000):  # up to 20 s for all of them to arrive
@@ -67,7 +72,7 @@ async def test_concurrent_calls_are_spread_over_the_pools_and_released(
         assert spread.open == [0] * outbound.POOLS
         # One call after another: each releases its pool, streamed or not.
         for n in range(3):
-            await provider.complete(request(f"again{n}"), [].append if n == 1 else None)
+            await provider.complete(request(f"again{n}"), list[str]().append if n == 1 else None)
             assert spread.open == [0] * outbound.POOLS
     finally:
         await provider.aclose()

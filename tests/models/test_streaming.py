@@ -4,7 +4,7 @@ answer is the same answer: text, tool calls, usage and the Idempotency-Key as wi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,7 +15,10 @@ from lantern.models.openai import OpenAIProvider
 from lantern.models.records import Message, ModelRequest, Provider, ToolSpec
 from tests.fake_llm import FakeProvider, Script
 
-PROVIDERS = {"openai": OpenAIProvider, "anthropic": AnthropicProvider}
+PROVIDERS: dict[str, Callable[[], Provider]] = {
+    "openai": OpenAIProvider,
+    "anthropic": AnthropicProvider,
+}
 LOOKUP = ToolSpec("crm_lookup", "Find a customer.", {"type": "object", "properties": {}})
 
 

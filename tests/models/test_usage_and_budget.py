@@ -123,7 +123,8 @@ async def test_the_key_is_the_step_attempts_and_differs_across_attempts(
             idempotency_key=idempotency_key("run_x", "draft", attempt),
             scope={"input": {}},
             app=lantern.App(),
-            http=None,
+            # An ai-step reads none of http, deliveries and signing_secrets.
+            http=None,  # type: ignore[arg-type]
             deliveries=None,  # type: ignore[arg-type]
             signing_secrets=None,  # type: ignore[arg-type]
             models=models,
@@ -157,7 +158,8 @@ async def test_a_provider_request_carries_the_current_trace(
         idempotency_key=idempotency_key("run_t", "draft", 1),
         scope={"input": {}},
         app=lantern.App(),
-        http=None,
+        # An ai-step reads none of http, deliveries and signing_secrets.
+        http=None,  # type: ignore[arg-type]
         deliveries=None,  # type: ignore[arg-type]
         signing_secrets=None,  # type: ignore[arg-type]
         models=models,

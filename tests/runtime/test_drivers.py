@@ -85,7 +85,7 @@ def check_isolation(
         server.close()
         secret_file.unlink()
     assert "done" in seen, f"exit {seen['exit']}: {seen['log'][-3000:]}"
-    result = seen["done"]["output"]
+    result: dict[str, Any] = seen["done"]["output"]
     assert [r["ok"] for r in result["read"]] == [False, False], result
     assert result["root"]["ok"] is False or result["root"]["value"] in ([], [".pyenv"]), result
     assert result["write_app"]["ok"] is False and "Read-only" in result["write_app"]["error"]

@@ -32,7 +32,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iter
     """A control plane that holds the model provider's key, and one runtime node."""
     working("sandbox")
     tmp = tmp_path_factory.mktemp("context")
-    found = Cluster(sqlite_url(tmp), tmp).serve(**fake.env())
+    found = Cluster(sqlite_url(tmp), tmp).serve(1, **fake.env())
     found.node("n1")
     try:
         found.wait_for(lambda: found.ok("GET", "/v1/runtime/nodes")["items"], 60)

@@ -143,6 +143,7 @@ def test_a_run_with_a_retry_and_a_crash_shows_attempts_backoff_replays_and_the_r
     sent = [h.idempotency_key for h in receiver.hits if h.path == "/s1"]
     assert sent == [idempotency_key(run_id, "s1", n) for n in (1, 2)]
     for n, sent_key in enumerate(sent, start=1):
+        assert sent_key is not None
         expect(details.locator(f'td[data-attempt="{n}"]')).to_have_text(sent_key)
     s3 = row(page, "s3")
     expect(s3.locator(".badge")).to_have_text(["re-run, same key"])

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from lantern.cli.waterfall import StepRow, render, step_rows
-from lantern.store.records import Event, Run
+from lantern.store.records import Event, Run, RunStatus
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -210,7 +210,7 @@ def test_a_step_parked_at_an_approval_reads_waiting_until_it_completes() -> None
     assert (row.status, row.duration) == ("completed", 8.995)
 
 
-def cancelled_run(status: str = "cancelled") -> Run:
+def cancelled_run(status: RunStatus = "cancelled") -> Run:
     return Run(
         id="run_1",
         workspace="default",
