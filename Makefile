@@ -30,7 +30,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed-dev
-	$(BIN)/mypy lantern
+	$(BIN)/mypy lantern tests bench
 
 # The browser tests drive Debian's Chromium through Playwright's client; no browser is downloaded.
 # The package lists are refreshed only when the install fails on stale ones.

@@ -181,7 +181,9 @@ async def child(backend: str, kind: str, runs: int, warmup: int) -> dict[str, An
                 if profile is not None:
                     profile.disable()
                 wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-                calls = pstats.Stats(profile).total_calls if profile is not None else 0
+                # Stats.total_calls is set by load_stats; typeshed's stub leaves it out.
+                stats = pstats.Stats(profile) if profile is not None else None
+                calls = stats.total_calls if stats is not None else 0  # type: ignore[attr-defined]
             for run_id in ids[warmup:]:
                 steps += sum(1 for e in await store.events(run_id) if e.kind == "step_completed")
         finally:
@@ -285,7 +287,8 @@ def compare(
 
 def _paired(befores: list[dict[str, Any]], afters: list[dict[str, Any]], field: str) -> float:
     """The median over rounds of after/before in the same round."""
-    return statistics.median(a[field] / b[field] for b, a in zip(befores, afters, strict=True))
+    ratios: list[float] = [a[field] / b[field] for b, a in zip(befores, afters, strict=True)]
+    return statistics.median(ratios)
 
 
 def main(argv: list[str] | None = None) -> None:

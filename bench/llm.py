@@ -44,7 +44,7 @@ import lantern
 from lantern.config import ModelSettings
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
-from lantern.models.records import ModelRequest, ModelResponse, Provider
+from lantern.models.records import ModelRequest, ModelResponse, OnText, Provider
 from lantern.models.registry import Models
 from lantern.store.base import Store, open_store
 from tests.fake_llm import FakeProvider
@@ -62,10 +62,10 @@ class Timed:
         self.spent = 0.0
         self.calls = 0
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, on_text: OnText | None = None) -> ModelResponse:
         began = time.perf_counter()
         try:
-            return await self.inner.complete(request)
+            return await self.inner.complete(request, on_text)
         finally:
             self.spent += time.perf_counter() - began
             self.calls += 1
