@@ -309,7 +309,7 @@ class CommitCounter:
         inner: Callable[[Sequence[Any]], Awaitable[Any]] | None = getattr(
             committer, "_write_batch", None
         )
-        if inner is None:
+        if committer is None or inner is None:
             return
         write = inner
 
@@ -318,7 +318,7 @@ class CommitCounter:
             self.appends += len(batch)
             return await write(batch)
 
-        committer._write_batch = counted  # type: ignore[union-attr]
+        committer._write_batch = counted
 
     def snapshot(self) -> tuple[int, int]:
         return self.transactions, self.appends

@@ -52,7 +52,8 @@ async def test_a_second_step_completed_is_impossible(store: Store) -> None:
         )
     # Nothing of the refused append landed, the run update included.
     assert [e.seq for e in await store.events(run.id)] == [1]
-    assert (await store.get_run(run.id)).status == "queued"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "queued"
 
 
 async def test_a_writer_that_lost_its_lease_is_refused(store: Store) -> None:
@@ -67,7 +68,8 @@ async def test_a_writer_that_lost_its_lease_is_refused(store: Store) -> None:
         await store.append(Append(old, (ev(2, "step_started", "s"),), RunUpdate("failed")))
     await store.append(Append(new, (ev(2, "run_recovered"),)))
     assert [e.kind for e in await store.events(run.id)] == ["run_started", "run_recovered"]
-    assert (await store.get_run(run.id)).status == "running"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "running"
 
 
 async def test_group_commit_isolates_each_writers_outcome(store: Store) -> None:
@@ -122,7 +124,8 @@ async def test_start_run_leases_and_opens_a_fresh_run_in_one_transaction(store: 
     opening = (ev(1, "run_started"), ev(2, "step_started", "s"))
     lease = await store.start_run(run.id, "w1", 60, opening, RunUpdate("running"))
     assert lease is not None and (lease.worker_id, lease.epoch) == ("w1", 1)
-    assert (await store.get_run(run.id)).status == "running"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "running"
     assert [e.kind for e in await store.events(run.id)] == ["run_started", "step_started"]
     # Started once: neither another worker nor the same one can start it again.
     for worker in ("w2", "w1"):
@@ -137,7 +140,8 @@ async def test_start_run_writes_nothing_while_another_holds_the_lease(store: Sto
     opening = (ev(1, "run_started"),)
     assert await store.start_run(run.id, "w2", 60, opening, RunUpdate("running")) is None
     assert await store.events(run.id) == []
-    assert (await store.get_run(run.id)).status == "queued"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "queued"
 
 
 async def test_a_delivery_is_claimed_once_and_its_outcome_kept(store: Store) -> None:

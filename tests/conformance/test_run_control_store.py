@@ -52,7 +52,8 @@ async def test_a_finished_child_wakes_its_parked_parent(store: Store) -> None:
     await store.append(Append(plea, (ev(1, "run_started"),), RunUpdate("waiting")))
     child = await create_run(store, "a", {}, run_id=parent.id[:16] + "c" * 16, parent_id=parent.id)
     assert [c.id for c in await store.children(parent.id)] == [child.id]
-    assert (await store.get_run(child.id)).parent_id == parent.id  # type: ignore[union-attr]
+    child_run = await store.get_run(child.id)
+    assert child_run is not None and child_run.parent_id == parent.id
     [clea] = await store.claim_runs("w1", 60, 10, ("queued",))
     assert clea.run_id == child.id
     assert await store.claim_runs("w1", 60, 10, ("queued",)) == []

@@ -17,8 +17,10 @@ async def test_agent_versions_are_immutable_and_numbered(store: Store) -> None:
     v1 = await store.put_agent("default", "a", {**DEFINITION, "v": 1})
     v2 = await store.put_agent("default", "a", {**DEFINITION, "v": 2})
     assert (v1.version, v2.version) == (1, 2)
-    assert (await store.get_agent("default", "a", 1)).definition["v"] == 1  # type: ignore[union-attr]
-    assert (await store.get_agent("default", "a")).definition["v"] == 2  # type: ignore[union-attr]
+    saved = await store.get_agent("default", "a", 1)
+    assert saved is not None and saved.definition["v"] == 1
+    saved = await store.get_agent("default", "a")
+    assert saved is not None and saved.definition["v"] == 2
     assert await store.get_agent("default", "a", 3) is None
     assert await store.get_agent("other", "a") is None
     listed = await store.list_agents("default")
@@ -80,5 +82,6 @@ async def test_open_is_idempotent_and_reapplies_nothing(database_url: str) -> No
         await s.close()
     s = open_store(database_url)
     await s.open()
-    assert (await s.get_agent("default", "a")).version == 2  # type: ignore[union-attr]
+    saved = await s.get_agent("default", "a")
+    assert saved is not None and saved.version == 2
     await s.close()

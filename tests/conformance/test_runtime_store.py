@@ -48,7 +48,8 @@ async def test_placement_is_fenced_on_the_leaders_epoch(store: Store) -> None:
     assert await store.place_vm(new, vm("vm-1", run.id, "n1")) is True
     assert [v.vm_id for v in await store.run_vms(run.id)] == ["vm-1"]
     assert await store.end_vm("vm-1", "terminated", "node_lost", None, old) is False
-    assert (await store.get_vm("vm-1")).state == "scheduled"  # type: ignore[union-attr]
+    placed = await store.get_vm("vm-1")
+    assert placed is not None and placed.state == "scheduled"
 
 
 async def test_a_vm_goes_from_placed_to_ended_once(store: Store) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,9 @@ async def wait_for_status(store: Store, run_id: str, status: str, timeout: float
     raise AssertionError(f"run {run_id} did not reach {status} within {timeout}s")
 
 
-async def wait_for(check: object, timeout: float = 30) -> None:
+async def wait_for(check: Callable[[], object], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.02)

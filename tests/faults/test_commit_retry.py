@@ -26,7 +26,8 @@ async def test_an_append_sent_twice_lands_once(store: Store) -> None:
     await store.append(finish)
     assert [e.kind for e in await store.events(run.id)][-1] == "run_succeeded"
     assert len(await store.events(run.id)) == 3
-    assert (await store.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "succeeded"
 
 
 async def test_another_event_at_a_stored_sequence_is_refused(store: Store) -> None:

@@ -191,7 +191,8 @@ async def test_a_writer_whose_lease_was_taken_stops_at_its_next_write(store: Sto
     events = await store.events(run.id)
     assert not [e for e in events if e.kind == "step_completed" and e.step_id == "a"]
     assert calls == {"a": 1}
-    assert (await store.get_run(run.id)).status == "running"  # type: ignore[union-attr]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "running"
 
 
 async def test_worker_serves_queued_runs_and_stops_cleanly(store: Store) -> None:

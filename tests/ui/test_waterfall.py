@@ -65,7 +65,7 @@ def start_chain(
     return run_id
 
 
-def row(page: Page, step: str):  # type: ignore[no-untyped-def]
+def row(page: Page, step: str) -> Locator:
     return page.locator(f'.row[data-step="{step}"]')
 
 
