@@ -150,18 +150,25 @@ async def under_lease(
         return None
     except asyncio.CancelledError:
         # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
-        await asyncio.shield(host.store.release_lease(lease))
+        await asyncio.shield(_hand_on(host, lease))
         raise
     finally:
         host.keeper.drop(lease)
     if drive.final is None:  # the commit that finishes a run releases its lease itself
-        await host.store.release_lease(lease)
+        await _hand_on(host, lease)
         # A cancel that came after the keeper's last look found the lease held, so it left
         # the run to us; the run then parked or stopped and gave the lease up. Finish it here
         # (its flag was set before the cancel tried the lease, so it is seen now).
         if await host.store.cancel_requested([run.id]):
             await finish_if_free(host.store, run.id, host.worker_id, host.keeper.ttl)
     return drive
+
+
+async def _hand_on(host: DriveHost, lease: Lease) -> None:
+    """Give the lease up now, for the sweep of any replica to hand the run on; after a renewal
+    of it in flight, which would otherwise take it again for a whole TTL."""
+    await host.keeper.let_go(lease)
+    await host.store.release_lease(lease)
 
 
 class Drive(ABC):

@@ -47,6 +47,7 @@ class LeaseKeeper:
         self._lost: set[str] = set()
         self._releasing: set[str] = set()  # a commit that gives the lease up is in flight
         self._renewed: dict[str, float] = {}  # run_id -> monotonic time of the last renewal
+        self._renewing: dict[str, asyncio.Future[None]] = {}  # run_id -> its renewal in flight
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closed = False
 
@@ -88,6 +89,15 @@ class LeaseKeeper:
         if self._held.get(lease.run_id) == lease:
             self._releasing.add(lease.run_id)
 
+    async def let_go(self, lease: Lease) -> None:
+        """Renew ``lease`` no more, and wait out a renewal of it in flight: one that reached
+        the database after the caller released the lease would hold the run for a whole TTL
+        more, with nobody executing it."""
+        self.drop(lease)
+        renewing = self._renewing.get(lease.run_id)
+        if renewing is not None:
+            await asyncio.shield(renewing)
+
     def lost(self, run_id: str) -> bool:
         return run_id in self._lost
 
@@ -112,13 +122,26 @@ class LeaseKeeper:
         """Every held lease in one statement: thousands of runs cost one round trip a tick."""
         leases = list(self._held.values())
         for start in range(0, len(leases), RENEW_BATCH):
-            batch = leases[start : start + RENEW_BATCH]
+            # Not those dropped while the batches before were renewed: they may be released.
+            batch = [
+                x for x in leases[start : start + RENEW_BATCH] if self._held.get(x.run_id) == x
+            ]
+            if not batch:
+                continue
             sent = time.monotonic()  # the new expiry counts from about when the request left
+            renewing = asyncio.get_running_loop().create_future()
+            for lease in batch:
+                self._renewing[lease.run_id] = renewing
             try:
                 renewed = await self.store.renew_leases(batch, self.ttl)
             except Exception as exc:  # the database is away: try again next tick
                 log.warning("could not renew %d lease(s): %s", len(batch), exc)
                 continue
+            finally:
+                for lease in batch:
+                    if self._renewing.get(lease.run_id) is renewing:
+                        del self._renewing[lease.run_id]
+                renewing.set_result(None)
             for lease in batch:
                 if lease.run_id in renewed:
                     if self._held.get(lease.run_id) == lease:

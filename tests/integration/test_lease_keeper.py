@@ -10,6 +10,7 @@ answered after the drive's own releasing commit landed is no take-over; a real o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -281,3 +282,65 @@ async def test_a_lease_taken_over_is_still_reported(
         await keeper.close()
     said = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
     assert said == [f"run {lease.run_id}: lease epoch {lease.epoch} was taken over"]
+
+
+async def test_a_clean_stop_hands_the_run_on_at_once_despite_a_renewal_in_flight(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica stopping cleanly gives up the lease of a run it has not finished, so any
+    replica may take the run at once. A renewal of that lease in flight, reaching the
+    database after the release, used to take the lease again for a whole TTL, with nobody
+    executing the run."""
+    app = lantern.App()
+    stepping, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        stepping.set()
+        await go_on.wait()
+        return "slow"
+
+    async def after() -> str:
+        return "after"
+
+    @app.agent("stopped")
+    async def stopped(ctx: lantern.Context) -> list[str]:
+        return [await ctx.step("slow", slow), await ctx.step("after", after)]
+
+    run = await create_run(store, "stopped", None, app=app)
+    ttl = 1.5  # a renewal pass every 0.5 s
+    armed, in_flight, released = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    answered = asyncio.Event()
+    renew, release = store.renew_leases, store.release_lease
+
+    async def renew_after_the_release(leases: Any, ttl: float) -> set[str]:
+        if armed.is_set() and any(lease.run_id == run.id for lease in leases):
+            armed.clear()
+            in_flight.set()
+            # Held until the release has gone through, or for 1 s if the release waits for it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), 1)
+            renewed = await renew(leases, ttl)
+            answered.set()
+            return renewed
+        return await renew(leases, ttl)
+
+    async def noted_release(lease: Lease) -> None:
+        await release(lease)
+        released.set()
+
+    monkeypatch.setattr(store, "renew_leases", renew_after_the_release)
+    monkeypatch.setattr(store, "release_lease", noted_release)
+    async with Worker(store, app, worker_id="w1", lease_ttl=ttl) as w:
+        assert w.runner is not None
+        driving = asyncio.ensure_future(w.runner.drive(run.id))
+        await asyncio.wait_for(stepping.wait(), 10)
+        armed.set()
+        await asyncio.wait_for(in_flight.wait(), 10)  # a renewal pass holds the lease now
+        w.stopping.set()  # a clean stop: the step in flight ends, the next one never starts
+        go_on.set()
+        stopped_run = await asyncio.wait_for(driving, 10)
+        assert stopped_run is not None and stopped_run.status == "running"
+        assert released.is_set()
+        await asyncio.wait_for(answered.wait(), 10)
+        taken = await store.acquire_lease(run.id, "w2", 60, reclaim=False)
+    assert taken is not None, "the run stayed held by a replica that had let it go"
