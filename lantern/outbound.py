@@ -23,7 +23,7 @@ import httpx
 
 DEFAULT_PER_HOST = 256  # the default of LANTERN_MAX_CONCURRENT_RUNS
 MAX_KEEPALIVE = 1000  # idle connections kept open for reuse, across hosts
-POOLS = 16  # connection pools a client spreads its requests over (see SpreadTransport)
+POOLS = 16  # connection pools a client spreads its requests over (see Spreading)
 
 
 class HostQueues:

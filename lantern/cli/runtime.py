@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from lantern.cli.common import console, run
+from lantern.observability.logs import FORMATS, LogFormat
 
 
 @click.group()
@@ -157,6 +158,14 @@ def vms(run_id: str | None) -> None:
     default=512,
     help="The memory of warm VMs until a placement asks for another size (default 512).",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    envvar="LANTERN_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for collectors; LANTERN_LOG_FORMAT.",
+)
 def node(
     driver: str | None,
     capacity: int,
@@ -166,6 +175,7 @@ def node(
     node_id: str | None,
     warm: int | None,
     warm_memory_mb: int,
+    log_format: LogFormat,
 ) -> None:
     """A runtime node of the microVM tier: registers, heartbeats, runs the VMs placed on it."""
     import asyncio
@@ -181,7 +191,7 @@ def node(
 
     use_image(image_dir())
     s = settings(click.get_current_context())
-    logs.configure("text")  # the node's own lines (a warm VM ready, a VM refused) at INFO
+    logs.configure(log_format)  # the node's own lines (a warm VM ready, a VM refused) at INFO
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per relayed report
     found: dict[str, str] = {}
     for pair in filter(None, labels.split(",")):

@@ -1,8 +1,10 @@
 """Cancelling a run: flag it, and finish the cancellation here when nobody is executing it.
 
 A run that a replica is executing is stopped by that replica: its lease keeper sees the flag
-within a second, cancels the steps in flight and journals ``run_cancelled`` itself, so the
-journal keeps one writer. A queued or parked run holds no live lease, so it is finished here.
+within about half a second, cancels the steps in flight and journals ``run_cancelled`` itself,
+so the journal keeps one writer. A queued or parked run holds no live lease, so it is finished
+here; so is a run whose drive gave its lease up (parked, stopped) before its keeper looked: the
+drive finds the flag then (``finish_if_free``).
 Cancelling a run cancels the runs its sub-agents started, and theirs.
 """
 

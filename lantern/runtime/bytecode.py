@@ -18,15 +18,13 @@ from pathlib import Path
 _SKIP = {"__pycache__", "node_modules", "site-packages"}
 
 
-def precompile(*directories: Path) -> bool:
+def precompile(*directories: Path) -> None:
     """Compile every module under ``directories`` whose bytecode is missing or stale (a
-    ``stat`` and a 12-byte read per module otherwise). False when some could not be."""
-    ok = True
+    ``stat`` and a 12-byte read per module otherwise)."""
     for directory in directories:
         for parent, dirs, files in os.walk(directory):
             dirs[:] = [d for d in dirs if d not in _SKIP and not d.startswith(".")]
             for name in files:
                 if name.endswith(".py"):
                     path = os.path.join(parent, name)
-                    ok = bool(compileall.compile_file(path, quiet=2, optimize=0)) and ok
-    return ok
+                    compileall.compile_file(path, quiet=2, optimize=0)

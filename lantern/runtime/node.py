@@ -98,10 +98,12 @@ class Node:
             )
         )
         log.info("runtime node %s up (driver %s)", self.node_id, self.driver.name)
-        await asyncio.to_thread(precompile, WORKLOAD, self.app_dir)
-        self.pool.fill()
+        # Heartbeats first: compiling a large app directory on a loaded host must not get the
+        # node thought lost before its first beat.
         beats = asyncio.create_task(self._heartbeats(stopping))
         try:
+            await asyncio.to_thread(precompile, WORKLOAD, self.app_dir)
+            self.pool.fill()
             while not stopping.is_set():
                 try:
                     await self._take_placed()

@@ -41,7 +41,7 @@ class Warm:
 
     @property
     def ready(self) -> bool:
-        return self.hello.done() and not self.hello.cancelled() and bool(self._line())
+        return bool(self._line())
 
     @property
     def dead(self) -> bool:

@@ -2,7 +2,7 @@
 
 Standard library only, and nothing here imports the rest of Lantern, so the harness runs in a
 VM that has Python and the app directory and nothing else of the host's. The package's only
-reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.main`; a workload asks
+reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.run`; a workload asks
 :func:`resumed` instead.
 """
 

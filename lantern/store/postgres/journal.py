@@ -65,10 +65,12 @@ WITH batch AS (
     -- then seen waiting, or waits for this commit and then sees the child finished when it
     -- looks once more. Filtering on status = 'waiting' here skipped a parent whose park was
     -- in flight, and the parent then waited for ever. A parent in this same batch is left
-    -- to that second look: two updates of one row in one statement are not allowed.
+    -- to that second look: two updates of one row in one statement are not allowed. A
+    -- finished parent is left alone (no write, no lock).
     UPDATE runs p SET wake_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.wake_at END
     FROM updates u JOIN runs c ON c.id = u.run_id
     WHERE u.status IN ('succeeded', 'failed', 'cancelled') AND p.id = c.parent_run_id
+      AND p.status IN ('running', 'waiting')
       AND p.id NOT IN (SELECT run_id FROM updates) AND u.run_id IN (SELECT run_id FROM fenced)
 ), released AS (
     UPDATE run_locks l SET expires_at = 'epoch'
