@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from lantern.runtime.drivers import DRIVERS, Driver
+from tests.conftest import sqlite_url
+from tests.runtime.cluster import Cluster
 
 
 def working(name: str) -> Driver:
@@ -22,3 +27,14 @@ def working(name: str) -> Driver:
 def driver(request: pytest.FixtureRequest) -> Driver:
     """The drivers quick enough to boot once per test (qemu boots once, in its own test)."""
     return working(request.param)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A control plane and one sandbox runtime node on a fresh SQLite database."""
+    working("sandbox")
+    found = Cluster(sqlite_url(tmp_path), tmp_path).serve()
+    try:
+        yield found
+    finally:
+        found.close()

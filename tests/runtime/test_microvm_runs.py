@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,16 +32,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
     try:
         found.wait_for(registered, 60)
-        yield found
-    finally:
-        found.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    working("sandbox")
-    found = Cluster(sqlite_url(tmp_path), tmp_path).serve()
-    try:
         yield found
     finally:
         found.close()

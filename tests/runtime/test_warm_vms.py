@@ -6,7 +6,6 @@ import asyncio
 import re
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +14,12 @@ import pytest
 from lantern.runtime.channel import serve
 from lantern.runtime.drivers import Driver
 from lantern.runtime.warm import WarmPool
-from tests.conftest import sqlite_url
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 from tests.runtime.test_microvm_runs import kinds
 from tests.runtime.vms import APPS
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    working("sandbox")
-    found = Cluster(sqlite_url(tmp_path), tmp_path).serve()
-    try:
-        yield found
-    finally:
-        found.close()
 
 
 def warm_ids(log: Path) -> dict[str, str]:
