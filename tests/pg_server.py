@@ -91,10 +91,24 @@ def start_throwaway() -> str | None:
     return url if wait_for(url) else None
 
 
+# The catalog tables every test's schema adds rows to and its drop leaves dead. A server run
+# with autovacuum off (this machine's is) grew them by ~600 schemas a suite: 1.3 million dead
+# pg_attribute rows, and each run slower than the last.
+CATALOG = ("pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_constraint", "pg_index")
+
+
+def vacuum_catalog(url: str) -> None:
+    """Reclaim the rows the tests' dropped schemas left in the catalog (a plain VACUUM: it
+    takes no lock that stops other sessions)."""
+    with contextlib.suppress(psycopg.Error), psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM " + ", ".join(f"pg_catalog.{t}" for t in CATALOG))
+
+
 def ensure() -> int:
     url = os.environ.get("LANTERN_TEST_DATABASE_URL", DEFAULT)
     URL_FILE.parent.mkdir(parents=True, exist_ok=True)
     if answers(url) or (start_cluster() and wait_for(url)):
+        vacuum_catalog(url)
         URL_FILE.write_text(url)
         return 0
     throwaway = start_throwaway()
