@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lantern.app import CodeAgent
+from lantern.engine import events as ev
 from lantern.store.base import Store
 from lantern.store.records import Event
 
-RUN_REPINNED = "run_repinned"  # an operator moved the run to another version of its code
-RUN_PARKED = "run_parked"  # a replica without the run's version left it to one that has it
+RUN_REPINNED = ev.RUN_REPINNED  # an operator moved the run to another version of its code
+RUN_PARKED = ev.RUN_PARKED  # a replica without the run's version left it to one that has it
 
 # Per store: (workspace, agent, version) already stored, so a create costs no extra read.
 _stored: weakref.WeakKeyDictionary[Store, set[tuple[str, str, str]]] = weakref.WeakKeyDictionary()

@@ -18,6 +18,8 @@ RUN_RECOVERED: Final = "run_recovered"  # re-driven after a crash or a lost exec
 RUN_SUCCEEDED: Final = "run_succeeded"
 RUN_FAILED: Final = "run_failed"
 RUN_CANCELLED: Final = "run_cancelled"
+RUN_REPINNED: Final = "run_repinned"  # an operator moved a code-first run to another version
+RUN_PARKED: Final = "run_parked"  # a replica without the run's version left it to one that has it
 
 # -- a step's life --------------------------------------------------------------------------
 STEP_STARTED: Final = "step_started"

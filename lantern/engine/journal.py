@@ -19,6 +19,7 @@ from typing import Any
 
 from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
+from lantern.engine.payloads import StepRetrying
 from lantern.observability import metrics
 from lantern.store.codec import dumps
 from lantern.store.records import Blob, Event, NewEvent, RunUpdate
@@ -74,34 +75,45 @@ class RunState:
 def fold(events: Iterable[Event]) -> RunState:
     state = RunState()
     for e in events:
-        state.last_seq = e.seq
-        state.last_hash = e.hash or GENESIS
-        if e.kind == ev.RUN_STARTED:
-            state.started = True
-            state.worker = e.data.get("worker")
-        elif e.kind == ev.RUN_RECOVERED:
-            state.worker = e.data.get("toWorker")
-            state.recoveries += 1
-        elif e.kind == ev.RUN_RESUMED:  # woken from a park by this worker: it holds the run
-            state.worker = e.data.get("worker")
-        elif e.kind == ev.STEP_STARTED and e.step_id is not None:
-            state.attempts[e.step_id] = e.attempt or 1
-        elif e.kind == ev.STEP_COMPLETED and e.step_id is not None:
-            state.outputs[e.step_id] = output_of(e)
-            state.waiting.pop(e.step_id, None)
-        elif e.kind == ev.STEP_SKIPPED and e.step_id is not None:
-            state.skipped.add(e.step_id)
-        elif e.kind == ev.STEP_FAILED and e.step_id is not None:
-            state.failed.add(e.step_id)
-            state.waiting.pop(e.step_id, None)
-        elif e.kind == ev.STEP_RETRYING and e.step_id is not None:
-            state.retrying[e.step_id] = (int(e.data["attempt"]), int(e.data["dueAt"]))
-            state.waiting.pop(e.step_id, None)
-        elif e.kind == ev.STEP_WAITING and e.step_id is not None:
-            state.waiting[e.step_id] = dict(e.data)
-        elif e.kind in ev.TERMINAL_KINDS:
-            state.terminal = e.kind
+        fold_event(state, e)
     return state
+
+
+def fold_event(state: RunState, e: Event | NewEvent) -> None:
+    """Fold one event into ``state``: the only place a journal is read into a run's state
+    (``fold`` for a whole journal; the step ledger for each event it writes too)."""
+    state.last_seq = e.seq
+    state.last_hash = e.hash or GENESIS
+    kind, step = e.kind, e.step_id
+    if kind == ev.RUN_STARTED:
+        state.started = True
+        state.worker = e.data.get("worker")
+    elif kind == ev.RUN_RECOVERED:
+        state.worker = e.data.get("toWorker")
+        state.recoveries += 1
+    elif kind == ev.RUN_RESUMED:  # woken from a park by this worker: it holds the run
+        state.worker = e.data.get("worker")
+    elif step is None:
+        if kind in ev.TERMINAL_KINDS:
+            state.terminal = kind
+    elif kind == ev.STEP_STARTED:
+        state.attempts[step] = e.attempt or 1
+    elif kind == ev.STEP_COMPLETED:
+        state.outputs[step] = output_of(e)
+        state.waiting.pop(step, None)
+    elif kind == ev.STEP_SKIPPED:
+        state.skipped.add(step)
+    elif kind == ev.STEP_FAILED:
+        state.failed.add(step)
+        state.waiting.pop(step, None)
+    elif kind == ev.STEP_RETRYING:
+        retry = StepRetrying.read(e.data, e.attempt)
+        state.retrying[step] = (retry.attempt, retry.due_at)
+        state.waiting.pop(step, None)
+    elif kind == ev.STEP_WAITING:
+        state.waiting[step] = dict(e.data)
+    elif kind in ev.TERMINAL_KINDS:
+        state.terminal = kind
 
 
 def count_committed(events: Iterable[NewEvent]) -> None:
@@ -121,13 +133,14 @@ def count_committed(events: Iterable[NewEvent]) -> None:
             metrics.STEP_FAILURES.inc()
 
 
-def output_of(event: Event) -> Any:
+def output_of(event: Event | NewEvent) -> Any:
     """A ``step_completed`` event's output: inline, from its blob, or a reference to the blob
     when the events were read without blobs."""
     if "outputRef" in event.data:
-        if event.blob is None:
+        blob = event.blob
+        if blob is None:
             return OutputRef(str(event.data["outputRef"]), int(event.data.get("outputBytes", 0)))
-        return json.loads(event.blob)
+        return json.loads(blob.body if isinstance(blob, Blob) else blob)
     return event.data.get("output")
 
 

@@ -1,0 +1,451 @@
+"""The step ledger: what every kind of run decides about its steps, pure (no I/O).
+
+A drive (graph, plain agent, code-first function, microVM) holds one ``Ledger`` per run. It
+is built from one fold of the run's journal and kept current by folding every event it makes
+(the same ``journal.fold_event``), so the ledger a drive holds after writing some events
+equals the ledger folded from the journal those events were written to. The drive does the
+I/O (the fenced commit, the lease, running the step's work, waiting); the ledger decides.
+
+Building one::
+
+    ledger = Ledger.fold(run_id, journal)   # a journal read with blobs (a re-drive)
+    ledger = Ledger(run_id)                 # a run that has no journal yet
+
+What it knows (read-only for callers; change it only through the methods below):
+``state`` (the ``journal.RunState``: outputs, attempts, waiting, retrying, ...), and
+``outputs``, ``attempts``, ``waiting`` (shortcuts into it), ``errors`` (step -> the error of
+its ``step_failed``), ``types`` (step -> its ``step_started`` type), ``order`` (step ids in
+the order first started), ``pinned`` (the version a ``run_repinned`` moved the run to, or
+None), ``backing_off`` (step -> (next attempt, due epoch ms) of a retry not started yet),
+``seq`` and ``hash`` (the chain's head).
+
+Entering a step, ``enter(step, position=None)`` answers one of:
+
+- ``Replay(step, output)``: it completed; return its journaled output without running it;
+- ``Raise(step, error)``: it failed for good; raise its journaled error (``error`` is the
+  ``step_failed`` error dict);
+- ``Attempt(step, attempt, key, start)``: run attempt ``attempt`` with idempotency key
+  ``key``; when ``start`` is True journal ``ledger.start(step, attempt, data)`` first (write
+  ahead), when False it was in flight at a crash and runs again with the same attempt/key;
+- ``Due(step, attempt, key, due_ms)``: a retry whose backoff a crash or a park cut short:
+  wait until ``due_ms`` (epoch ms), then journal ``start`` and run it;
+- ``Parked(step, attempt, wait)``: a wait (approval, timer, sub-agent) is journaled:
+  resolve it, then ``resumed(...)``;
+- ``Nondeterminism(mismatch)``: ``position`` (1-based, code-first and microVM calls) asks
+  for another step than the journal holds there: the run fails with ``mismatch.error()``.
+
+Leaving a step attempt, ``exit(step, attempt, outcome, policy, usage=..., now_ms=...)``
+returns ``Exit(events, next)``: the events to commit (already chained and folded into the
+ledger) and what comes next, one of ``Completed(output)`` (the output exactly as a replay
+reads it back), ``Retry(step, attempt, due_ms)`` (``step_retrying`` with ``dueAt``, the next
+attempt's start is journaled when it is due) or ``Failed(step, error)`` (``step_failed``;
+the caller ends the run, e.g. with ``step_ended_run``, or raises into a function). ``outcome``
+is the step's value or a ``StepError``; a value the journal cannot store (not JSON, too
+large a number, nested past ``limits.MAX_DEPTH``) becomes a non-retryable StepError here.
+``step_error(exc)`` maps anything a step's work raised to the StepError it fails with.
+
+Other events, each made, chained and folded in one call: ``start`` (``step_started``),
+``event(kind, data, step_id=, attempt=)`` and ``completed(...)`` (the ``EventWriter``
+calls, so a ledger stands where a writer did), ``wait`` (``step_waiting``), ``failed``
+(``step_failed`` without a retry decision, for a wait that fails at once), ``resumed``
+(``step_resumed`` and the outcome of a wait), ``anomalies(found)`` (``anomaly_detected``
+and each one's policy applied), and the run's end: ``succeeded``, ``run_failed``,
+``step_ended_run``, ``cancelled`` (each ``(event, RunUpdate)``). ``key(step, attempt)`` and
+``child_id(step, attempt)`` give an attempt's idempotency key and its sub-agent's run id,
+both pure functions of (run, step, attempt), so a re-drive finds what the crash left.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lantern import limits
+from lantern.engine import determinism
+from lantern.engine import events as ev
+from lantern.engine.anomalies import Anomaly
+from lantern.engine.journal import EventWriter, RunState, fold_event
+from lantern.engine.payloads import (
+    AnomalyDetected,
+    RunCancelled,
+    RunRepinned,
+    StepFailed,
+    StepRetrying,
+    StepStarted,
+)
+from lantern.engine.retries import RetryPolicy
+from lantern.errors import StepError
+from lantern.ids import child_run_id, idempotency_key
+from lantern.store.codec import dumps, text_problem
+from lantern.store.records import Event, NewEvent, RunUpdate
+
+Usage = Callable[[Any], dict[str, Any] | None]
+
+
+def no_usage(_: Any) -> None:
+    return None
+
+
+# -- what enter() answers ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    step: str
+    output: Any
+
+
+@dataclass(frozen=True)
+class Raise:
+    step: str
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    step: str
+    attempt: int
+    key: str
+    start: bool  # journal step_started before running it (False: in flight at a crash)
+
+
+@dataclass(frozen=True)
+class Due:
+    step: str
+    attempt: int
+    key: str
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class Parked:
+    step: str
+    attempt: int
+    wait: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Nondeterminism:
+    mismatch: determinism.Mismatch
+
+
+Entry = Replay | Raise | Attempt | Due | Parked | Nondeterminism
+
+
+# -- what exit() answers -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completed:
+    output: Any
+
+
+@dataclass(frozen=True)
+class Retry:
+    step: str
+    attempt: int  # the attempt to start when due
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    step: str
+    error: StepError
+
+
+Next = Completed | Retry | Failed
+
+
+@dataclass(frozen=True)
+class Exit:
+    events: list[NewEvent]
+    next: Next
+
+
+def step_error(exc: BaseException) -> StepError:
+    """What a step attempt fails with when its work raised ``exc``: a StepError as it is;
+    anything else the user's code raised is retryable, of class ``tool`` (as in Temporal)."""
+    if isinstance(exc, StepError):
+        return exc
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return StepError(message, error_class="tool", retryable=True)
+
+
+def storable(step: str, value: Any) -> tuple[Any, str] | StepError:
+    """``value`` as the journal stores it (and a replay reads it back) with its encoding, or
+    the StepError saying why the journal cannot store it: canonical JSON refuses what JSON
+    cannot carry exactly (such as integers past 2^53), and deeper values would recurse
+    through every later dump, copy and render."""
+    try:
+        deep = limits.depth_exceeds(value)
+        body = "" if deep else dumps(value)
+        problem = limits.too_deep_problem() if deep else text_problem(body)
+        if problem is None:
+            return json.loads(body), body
+    except (TypeError, ValueError) as err:
+        problem = f"it is not JSON: {err}"
+    return _unstorable(step, problem)
+
+
+def _unstorable(step: str, problem: str) -> StepError:
+    return StepError(
+        f"step {step!r} returned a value the journal cannot store: {problem}",
+        error_class="tool",
+    )
+
+
+class Ledger:
+    """One run's steps as the journal has them, and the decisions that follow from them."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.state = RunState()
+        self.errors: dict[str, dict[str, Any]] = {}
+        self.types: dict[str, str] = {}
+        self.order: list[str] = []
+        self.pinned: str | None = None
+        self._writer = EventWriter(run_id)
+
+    @classmethod
+    def fold(cls, run_id: str, events: Iterable[Event | NewEvent]) -> Ledger:
+        ledger = cls(run_id)
+        for e in events:
+            ledger.apply(e)
+        return ledger
+
+    def apply(self, e: Event | NewEvent) -> None:
+        """Fold one journaled event in (what ``fold`` does for each event of a journal)."""
+        fold_event(self.state, e)
+        step = e.step_id
+        if step is not None:
+            if e.kind == ev.STEP_STARTED:
+                if step not in self.types:
+                    self.order.append(step)
+                self.types[step] = StepStarted.of(e.data).type
+            elif e.kind == ev.STEP_FAILED:
+                self.errors[step] = StepFailed.read(e.data).error
+        elif e.kind == ev.RUN_REPINNED:
+            self.pinned = RunRepinned.read(e.data).version
+        self._writer.seq, self._writer.hash = self.state.last_seq, self.state.last_hash
+
+    # -- what it knows ---------------------------------------------------------------------
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return self.state.outputs
+
+    @property
+    def attempts(self) -> dict[str, int]:
+        return self.state.attempts
+
+    @property
+    def waiting(self) -> dict[str, dict[str, Any]]:
+        return self.state.waiting
+
+    @property
+    def backing_off(self) -> dict[str, tuple[int, int]]:
+        return self.state.backing_off
+
+    @property
+    def seq(self) -> int:
+        return self.state.last_seq
+
+    @property
+    def hash(self) -> str:
+        return self.state.last_hash
+
+    def key(self, step: str, attempt: int) -> str:
+        return idempotency_key(self.run_id, step, attempt)
+
+    def child_id(self, step: str, attempt: int) -> str:
+        """The run id of the sub-agent this step attempt starts: a re-drive finds it."""
+        return child_run_id(self.run_id, step, attempt)
+
+    # -- entering a step -------------------------------------------------------------------
+
+    def enter(self, step: str, position: int | None = None) -> Entry:
+        """What to do about ``step``, the ``position``-th call of a function (None: a step
+        the kind of run plans itself, such as a graph node)."""
+        if position is not None:
+            found = determinism.mismatch(self.order, position, step)
+            if found is not None:
+                return Nondeterminism(found)
+        state = self.state
+        if step in state.outputs:
+            return Replay(step, state.outputs[step])
+        if step in self.errors:
+            return Raise(step, self.errors[step])
+        started = state.attempts.get(step)
+        wait = state.waiting.get(step)
+        if wait is not None:
+            return Parked(step, started or 1, wait)
+        retry = state.retrying.get(step)
+        if retry is not None and retry[0] > (started or 0):
+            return Due(step, retry[0], self.key(step, retry[0]), retry[1])
+        if started is not None:
+            return Attempt(step, started, self.key(step, started), start=False)
+        return Attempt(step, 1, self.key(step, 1), start=True)
+
+    # -- events, each chained and folded in --------------------------------------------------
+
+    def event(
+        self,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        *,
+        step_id: str | None = None,
+        attempt: int | None = None,
+    ) -> NewEvent:
+        made = self._writer.event(kind, data, step_id=step_id, attempt=attempt)
+        self.apply(made)
+        return made
+
+    def completed(
+        self,
+        step_id: str,
+        attempt: int,
+        output: Any,
+        encoded: str | None = None,
+        *,
+        usage: dict[str, Any] | None = None,
+    ) -> NewEvent:
+        """``step_completed`` (``EventWriter.completed``), folded in with ``output`` itself
+        (not re-read from a blob)."""
+        made = self._writer.completed(step_id, attempt, output, encoded, usage=usage)
+        fold_event(self.state, _inline(made, output))
+        return made
+
+    def start(self, step: str, attempt: int, data: Mapping[str, Any] | None = None) -> NewEvent:
+        """``step_started`` of ``(step, attempt)``: commit it before the step is invoked."""
+        body = dict(data) if data is not None else {"type": self.types.get(step, "step")}
+        return self.event(ev.STEP_STARTED, body, step_id=step, attempt=attempt)
+
+    def wait(self, step: str, attempt: int, data: dict[str, Any]) -> NewEvent:
+        """``step_waiting``: the step parks at an approval, a timer or a sub-agent."""
+        return self.event(ev.STEP_WAITING, data, step_id=step, attempt=attempt)
+
+    def failed(self, step: str, attempt: int, error: StepError) -> NewEvent:
+        """``step_failed`` with no retry (a wait that fails at once or when it resolves)."""
+        data = StepFailed(error.to_json()).data()
+        return self.event(ev.STEP_FAILED, data, step_id=step, attempt=attempt)
+
+    # -- leaving a step attempt ------------------------------------------------------------
+
+    def exit(
+        self,
+        step: str,
+        attempt: int,
+        outcome: Any,
+        policy: RetryPolicy,
+        *,
+        usage: Usage = no_usage,
+        now_ms: int | None = None,
+    ) -> Exit:
+        """The events of attempt ``attempt`` of ``step`` having ended with ``outcome`` (its
+        value or a StepError), and what comes next under ``policy``."""
+        if not isinstance(outcome, StepError):
+            found = self._complete(step, attempt, outcome, usage)
+            if not isinstance(found, StepError):
+                return Exit([found], Completed(self.state.outputs[step]))
+            outcome = found
+        if policy.retries(outcome, attempt):
+            delay = policy.delay_ms(attempt)
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            retry = StepRetrying(
+                attempt + 1, policy.max_attempts, outcome.to_json(), delay, now + delay
+            )
+            event = self.event(ev.STEP_RETRYING, retry.data(), step_id=step, attempt=attempt + 1)
+            return Exit([event], Retry(step, attempt + 1, retry.due_at))
+        return Exit([self.failed(step, attempt, outcome)], Failed(step, outcome))
+
+    def resumed(self, step: str, data: dict[str, Any], outcome: Any) -> Exit:
+        """A resolved wait: ``step_resumed`` with ``data``, then the step's output (a
+        decision, a child's output, None for a timer) or its failure (a StepError)."""
+        attempt = self.state.attempts.get(step, 1)
+        events = [self.event(ev.STEP_RESUMED, data, step_id=step, attempt=attempt)]
+        if isinstance(outcome, StepError):
+            events.append(self.failed(step, attempt, outcome))
+            return Exit(events, Failed(step, outcome))
+        found = self._complete(step, attempt, outcome, no_usage)
+        if isinstance(found, StepError):
+            events.append(self.failed(step, attempt, found))
+            return Exit(events, Failed(step, found))
+        events.append(found)
+        return Exit(events, Completed(self.state.outputs[step]))
+
+    def _complete(self, step: str, attempt: int, value: Any, usage: Usage) -> NewEvent | StepError:
+        """``step_completed`` with ``value`` as a replay reads it back, or the StepError
+        saying why the journal cannot store it (``storable``; the hash chain's canonical
+        JSON refuses what JSON cannot carry exactly, and leaves the chain as it was)."""
+        found = storable(step, value)
+        if isinstance(found, StepError):
+            return found
+        output, body = found
+        try:
+            return self.completed(step, attempt, output, body, usage=usage(output))
+        except (TypeError, ValueError) as err:
+            return _unstorable(step, f"it is not JSON: {err}")
+
+    # -- anomalies -------------------------------------------------------------------------
+
+    def anomalies(
+        self, found: Sequence[Anomaly], *, can_pause: bool
+    ) -> tuple[list[NewEvent], dict[str, Any] | None, bool]:
+        """``anomaly_detected`` for each anomaly found, each policy applied: the events, the
+        run's error when one fails it, and whether one paused it (an implicit approval step
+        ``anomaly:<kind>``; recorded only where the kind of run cannot park)."""
+        events: list[NewEvent] = []
+        error: dict[str, Any] | None = None
+        paused = False
+        for a in found:
+            policy = a.policy if can_pause or a.policy == "fail" else "record"
+            anomaly = AnomalyDetected(a.kind, a.detail, policy)
+            events.append(self.event(ev.ANOMALY_DETECTED, anomaly.data()))
+            if policy == "fail" and error is None:
+                error = ev.anomaly_error(a.kind, a.detail)
+            elif policy == "pause":
+                paused = True
+                wait = {
+                    "kind": "approval",
+                    "anomaly": a.kind,
+                    "prompt": f"Anomaly {a.kind}: {a.detail}. Let the run go on?",
+                }
+                events.append(self.wait(f"anomaly:{a.kind}", 1, wait))
+        return events, error, paused and error is None
+
+    # -- the run's end ---------------------------------------------------------------------
+
+    def succeeded(self, output: Any) -> tuple[NewEvent, RunUpdate]:
+        event = self.event(ev.RUN_SUCCEEDED, {"output": output})
+        return event, RunUpdate("succeeded", output=output)
+
+    def run_failed(self, error: dict[str, Any]) -> tuple[NewEvent, RunUpdate]:
+        return self.event(ev.RUN_FAILED, {"error": error}), RunUpdate("failed", error=error)
+
+    def step_ended_run(self, step: str, error: StepError) -> tuple[NewEvent, RunUpdate]:
+        """The run fails because ``step`` failed for good."""
+        return self.run_failed(ev.step_failed_error(step, error.to_json()))
+
+    def cancelled(self, uninterruptible: Sequence[str] = ()) -> tuple[NewEvent, RunUpdate]:
+        """``run_cancelled``; ``uninterruptible`` names the steps (sync tools in threads)
+        the cancellation had to wait for."""
+        data = RunCancelled("request", tuple(uninterruptible)).data()
+        return self.event(ev.RUN_CANCELLED, data), RunUpdate("cancelled", error=ev.CANCELLED)
+
+
+def _inline(event: NewEvent, output: Any) -> NewEvent:
+    """``event`` as the fold should read it: the output inline even when it went to a blob."""
+    if event.blob is None:
+        return event
+    return NewEvent(
+        seq=event.seq,
+        kind=event.kind,
+        at=event.at,
+        data={"output": output},
+        step_id=event.step_id,
+        attempt=event.attempt,
+        hash=event.hash,
+    )
