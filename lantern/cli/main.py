@@ -11,7 +11,7 @@ import click
 import yaml
 from rich.table import Column, Table
 
-from lantern.cli import waterfall
+from lantern import waterfall
 from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import (
     cli_worker_id,

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from lantern.cli import waterfall
+from lantern import waterfall
 from lantern.demo.story import _free_port
 from lantern.engine import events as ev
 from lantern.server.auth import issue_key

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lantern.cli import waterfall
+from lantern import waterfall
 from lantern.demo import receipt
 from lantern.demo.receiver import Receiver, running
 from lantern.engine import events as ev

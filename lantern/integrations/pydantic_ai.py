@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from lantern.app import Context
+from lantern.context import Context
 from lantern.errors import StepError, UsageError
 
 try:

@@ -56,3 +56,22 @@ def test_a_drive_importing_the_runner_breaks_the_build(tmp_path: Path) -> None:
     result = lint(tree)
     assert result.returncode != 0
     assert "lantern.engine.drive -> lantern.engine.runner" in result.stdout
+
+
+def test_a_package_outside_the_layers_breaks_the_build(tmp_path: Path) -> None:
+    """The layers contract is exhaustive: a new package of lantern/ must be given its place."""
+    tree = copy(tmp_path)
+    (tree / "lantern" / "newcomer").mkdir()
+    (tree / "lantern" / "newcomer" / "__init__.py").write_text("")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "lantern.newcomer" in result.stdout
+
+
+def test_the_demo_importing_the_cli_breaks_the_build(tmp_path: Path) -> None:
+    tree = copy(tmp_path)
+    story = tree / "lantern" / "demo" / "story.py"
+    story.write_text(story.read_text() + "\n\nfrom lantern.cli import common  # noqa: E402\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "lantern.demo.story -> lantern.cli.common" in result.stdout

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lantern.cli.waterfall import StepRow, render, step_rows
 from lantern.store.records import Event, Run, RunStatus
+from lantern.waterfall import StepRow, render, step_rows
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 // From a run's journal to the waterfall's rows: the same reading as `lantern runs show`
-// (lantern/cli/waterfall.py), with each attempt, backoff, wait and crash kept apart.
+// (lantern/waterfall.py), with each attempt, backoff, wait and crash kept apart.
 
 export const TERMINAL = new Set(["run_succeeded", "run_failed", "run_cancelled"]);
 
