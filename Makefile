@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck chromium runtime-packages bench clean
+.PHONY: demo test lint typecheck typescript node chromium runtime-packages bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,23 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy lantern tests bench
 
+# The TypeScript client (clients/typescript, docs/typescript.md): built with its pinned
+# devDependencies (npm ci, again only when its lock file changes), then tested with Node's own
+# runner against a real `lantern serve` of this clone.
+TS := clients/typescript
+node:
+	@command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm)
+
+$(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
+	$(MAKE) --no-print-directory node
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+typescript: $(VENV)/.installed-dev $(TS)/node_modules/.installed
+	cd $(TS) && npm run --silent build
+	cd $(TS) && LANTERN_BIN=$(abspath $(BIN)/lantern) npm test --silent
+
 # The browser tests drive Debian's Chromium through Playwright's client; no browser is downloaded.
 # The package lists are refreshed only when the install fails on stale ones.
 chromium:
@@ -47,7 +64,7 @@ runtime-packages:
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES) \
 		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES))
 
-test: lint typecheck chromium runtime-packages
+test: lint typecheck typescript chromium runtime-packages
 	$(BIN)/python tests/pg_server.py ensure
 	$(BIN)/pytest -n 2 -q --durations=30
 
