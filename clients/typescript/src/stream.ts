@@ -90,9 +90,11 @@ async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> 
   const decoder = new TextDecoder();
   const reader = body.getReader();
   let buffer = "";
+  let finished = false;
   try {
     for (;;) {
       const { done, value } = await reader.read();
+      finished = done;
       buffer += done ? decoder.decode() : decoder.decode(value, { stream: true });
       for (;;) {
         const end = buffer.search(/\r\n|\r|\n/);
@@ -105,6 +107,8 @@ async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> 
       if (done) return;
     }
   } finally {
+    // A follower that stops early closes the connection: the server would stream on to no one.
+    if (!finished) await reader.cancel().catch(() => undefined);
     reader.releaseLock();
   }
 }
