@@ -12,11 +12,14 @@ import importlib
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from lantern.app import App, load_app
 from lantern.errors import UsageError
+
+if TYPE_CHECKING:
+    from lantern.app import App
 
 APP_HELP = "Load the user's tools: a module (dotted, importable from --app-dir) and its App."
 APP_DIR_HELP = "The folder --app is imported from, put first on the path (default: here)."
@@ -30,6 +33,8 @@ def app_options(fn: click.decorators.FC) -> click.decorators.FC:
 
 def load_user_app(spec: str | None, app_dir: str = ".") -> App:
     """The App ``spec`` names, imported with ``app_dir`` first on ``sys.path``."""
+    from lantern.app import App, load_app
+
     if not spec:
         return App()
     module_name, _, attr = spec.partition(":")

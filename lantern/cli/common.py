@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -10,18 +9,24 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from lantern.config import Settings
 from lantern.errors import DefinitionError, LanternError, UsageError
-from lantern.sdk import AsyncClient
-from lantern.sdk.errors import ApiError
-from lantern.store.base import Store, open_store
+
+if TYPE_CHECKING:  # each command imports what it uses when it runs: `lantern --help` stays quick
+    from rich.console import Console
+
+    from lantern.sdk import AsyncClient
+    from lantern.store.base import Store
 
 T = TypeVar("T")
+
+# The engine's lantern.engine.runs.DEFAULT_WORKSPACE (a test checks they agree), here so that a
+# command's option defaults need no engine import.
+DEFAULT_WORKSPACE = "default"
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -37,6 +42,8 @@ def settings(ctx: click.Context) -> Settings:
 
 def console() -> Console:
     """Rich output; when piped, wide enough that ids and statuses are never cut."""
+    from rich.console import Console
+
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -65,6 +72,8 @@ def remote() -> AsyncClient | None:
             f"LANTERN_URL is set ({url}) but LANTERN_API_KEY is not: set the key"
             " (`lantern keys create` prints one) or unset LANTERN_URL to use the local database"
         )
+    from lantern.sdk import AsyncClient
+
     return AsyncClient(url, key)
 
 
@@ -75,6 +84,8 @@ def cli_worker_id(s: Settings) -> str:
 
 @asynccontextmanager
 async def opened(s: Settings) -> AsyncIterator[Store]:
+    from lantern.store.base import open_store
+
     store = open_store(s.database_url)
     await store.open()
     try:
@@ -85,17 +96,28 @@ async def opened(s: Settings) -> AsyncIterator[Store]:
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a command body; a Lantern error becomes one line on stderr and exit 1 (2 for usage)."""
+    import asyncio
+
     try:
         return asyncio.run(fn())  # type: ignore[arg-type]
-    except (DefinitionError, ApiError) as exc:
+    except DefinitionError as exc:
         fail(str(exc), 1)
     except UsageError as exc:
+        if _from_api(exc):  # a 4xx the server answered is not a misuse of the command
+            fail(str(exc), 1)
         fail(str(exc), 2)
     except LanternError as exc:
         fail(str(exc), 1)
     except Exception as exc:  # a driver or OS error: still one line, never a traceback
         fail(f"{type(exc).__name__}: {exc}", 1)
     raise AssertionError("unreachable")
+
+
+def _from_api(exc: BaseException) -> bool:
+    # The SDK is imported only by commands that talk to a server: where it is not loaded, no
+    # error can have come from it.
+    errors = sys.modules.get("lantern.sdk.errors")
+    return errors is not None and isinstance(exc, errors.ApiError)
 
 
 def fail(message: str, status: int) -> None:

@@ -9,15 +9,15 @@ that exists only in the process driving the run).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lantern.cli.common import opened, remote, run, settings, with_database
-from lantern.engine import events as ev
 from lantern.errors import NotFound
-from lantern.sdk.models import Event
-from lantern.sdk.stream import StreamItem, TextDelta, TextReset
+
+if TYPE_CHECKING:
+    from lantern.sdk.stream import StreamItem
 
 LOCAL_REREAD_S = 0.5  # the local journal is re-read this often (another process drives it)
 
@@ -30,6 +30,9 @@ class Printer:
         self.final: str | None = None  # the terminal event's kind, once seen
 
     def item(self, item: StreamItem) -> None:
+        from lantern.engine import events as ev
+        from lantern.sdk.stream import TextDelta, TextReset
+
         if isinstance(item, TextReset):
             self._close()
             click.echo(
@@ -56,6 +59,8 @@ class Printer:
 
 
 def line(e: Any) -> str:
+    from lantern.engine import events as ev
+
     where = "" if e.step_id is None else f" {e.step_id}"
     attempt = "" if not e.attempt or e.attempt == 1 else f" (attempt {e.attempt})"
     detail = ""
@@ -69,6 +74,9 @@ def line(e: Any) -> str:
 
 
 async def _local(ctx: click.Context, run_id: str) -> AsyncIterator[StreamItem]:
+    from lantern.engine import events as ev
+    from lantern.sdk.models import Event
+
     async with opened(settings(ctx)) as store:
         if await store.get_run(run_id) is None:
             raise NotFound(f"run {run_id} not found")
@@ -100,6 +108,8 @@ async def _local(ctx: click.Context, run_id: str) -> AsyncIterator[StreamItem]:
 def follow(ctx: click.Context, run_id: str, database_url: str | None) -> None:
     """Print RUN_ID's events as they are journaled, and its model text as it is generated."""
     with_database(ctx, database_url)
+    from lantern.engine import events as ev
+
     printer = Printer()
 
     async def body() -> int:

@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from lantern.cli.common import opened, remote, run, settings, with_database
-from lantern.engine.chain import first_broken
 from lantern.errors import LanternError, NotFound
 
 
@@ -45,6 +44,8 @@ def verify(ctx: click.Context, run_id: str, database_url: str | None) -> None:
                 if await store.get_run(run_id) is None:
                     raise NotFound(f"run {run_id} not found")
                 events = list(await store.events(run_id))
+        from lantern.engine.chain import first_broken
+
         broken = first_broken(events)
         if broken is not None:
             seq, why = broken

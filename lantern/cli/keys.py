@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
-from lantern.cli.common import console, opened, run, settings, with_database
-from lantern.engine.runs import DEFAULT_WORKSPACE
+from lantern.cli.common import DEFAULT_WORKSPACE, console, opened, run, settings, with_database
 from lantern.errors import NotFound
-from lantern.server.auth import issue_key
 
 
 @click.group()
@@ -30,6 +27,8 @@ def create(
     s = settings(ctx)
 
     async def body() -> None:
+        from lantern.server.auth import issue_key
+
         async with opened(s) as store:
             wanted = {p.strip() for p in scopes.split(",") if p.strip()}
             _, plaintext = await issue_key(store, workspace, wanted, name)
@@ -44,6 +43,8 @@ def create(
 @click.pass_context
 def list_keys(ctx: click.Context, workspace: str | None, database_url: str | None) -> None:
     """Keys by id (never their secrets)."""
+    from rich.table import Table
+
     with_database(ctx, database_url)
     s = settings(ctx)
 

@@ -1,4 +1,9 @@
-"""``lantern``: agents, runs and the executor from the command line."""
+"""``lantern``: agents, runs and the executor from the command line.
+
+Every command imports the parts it uses when it runs, not here: ``lantern --help`` and the
+commands that only talk to a server start without the engine, the store's drivers or the web
+server (tests/unit/test_cli_imports.py pins it).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
-from rich.table import Column, Table
 
-from lantern import waterfall
 from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import (
+    DEFAULT_WORKSPACE,
     cli_worker_id,
     console,
     fail,
@@ -24,13 +27,7 @@ from lantern.cli.common import (
     settings,
     with_database,
 )
-from lantern.engine.resume import resume_run
-from lantern.engine.runs import DEFAULT_WORKSPACE, apply_agent, create_run
-from lantern.engine.worker import Worker
 from lantern.errors import NotFound
-from lantern.models import router
-from lantern.models.registry import Models
-from lantern.views import run_json
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 
@@ -65,6 +62,8 @@ def agents() -> None:
 @click.pass_context
 def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> None:
     """Validate FILE (JSON or YAML) and store it as the agent's next version."""
+    import yaml
+
     with_database(ctx, database_url)
     s = settings(ctx)
     try:
@@ -79,6 +78,9 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
                 applied = await api.apply_agent(definition)
             click.echo(f"applied {applied.name} v{applied.version}")
             return
+        from lantern.engine.runs import apply_agent
+        from lantern.models import router
+
         routes = router.configured(s.models.routes, s.models.routes_file)
         async with opened(s) as store:
             agent = await apply_agent(store, definition, routes=routes)
@@ -92,6 +94,8 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
 @click.pass_context
 def agents_list(ctx: click.Context, database_url: str | None) -> None:
     """The newest version of each agent."""
+    from rich.table import Table
+
     with_database(ctx, database_url)
     s = settings(ctx)
 
@@ -138,6 +142,8 @@ def run_agent(
     With LANTERN_URL and LANTERN_API_KEY set the run goes to that server (--wait waits for
     it there); otherwise --wait executes it in this process.
     """
+    from lantern.views import run_json
+
     with_database(ctx, database_url)
     s = settings(ctx)
 
@@ -153,6 +159,10 @@ def run_agent(
                 result = await api.wait(submitted.id)
             click.echo(json.dumps(run_json(result), indent=2))
             return 0 if result.status == "succeeded" else 1
+        from lantern.engine.runs import create_run
+        from lantern.engine.worker import Worker
+        from lantern.models.registry import Models
+
         app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
             created = await create_run(store, agent, value, app=app)
@@ -202,6 +212,8 @@ def runs_list(
     ctx: click.Context, status: Any, agent_name: str | None, limit: int, database_url: str | None
 ) -> None:
     """Runs, newest first."""
+    from rich.table import Column, Table
+
     with_database(ctx, database_url)
     s = settings(ctx)
 
@@ -240,6 +252,8 @@ def runs_list(
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None:
     """The run's waterfall: a row per step, with what the journal replayed."""
+    from lantern import waterfall
+
     with_database(ctx, database_url)
     s = settings(ctx)
 
@@ -281,6 +295,8 @@ def runs_resume(ctx: click.Context, run_id: str, version: str, database_url: str
             async with api:
                 moved = await api.resume(run_id, version)
         else:
+            from lantern.engine.resume import resume_run
+
             async with opened(s) as store:
                 moved = await resume_run(store, run_id, version, cli_worker_id(s), s.lease_ttl)
         click.echo(f"{moved.id} {moved.status}: pinned to version {version}")
@@ -309,6 +325,10 @@ def demo(story: str | None, workdir: Path) -> None:
 
 
 def main() -> None:
+    # httpx imports its own command line whenever click and rich are installed, as they are
+    # here, and with it pygments, rich.syntax and rich.progress: a fifth of a remote command's
+    # start. Lantern never runs it; httpx falls back to a stub when the import fails.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from lantern.cli import (
         follow,
         journal,

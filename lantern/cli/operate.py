@@ -14,15 +14,18 @@ import re
 from typing import Any, Literal
 
 import click
-from rich.table import Table
 
-from lantern.cli.common import cli_worker_id, console, opened, remote, run, settings, with_database
-from lantern.engine.approvals import decide
-from lantern.engine.cancel import cancel_run
-from lantern.engine.rerun import retry_run
-from lantern.engine.runs import DEFAULT_WORKSPACE
+from lantern.cli.common import (
+    DEFAULT_WORKSPACE,
+    cli_worker_id,
+    console,
+    opened,
+    remote,
+    run,
+    settings,
+    with_database,
+)
 from lantern.errors import Conflict, NotFound, UsageError
-from lantern.models import router
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{28}$")
 MAX_COMMENT = 10_000
@@ -86,6 +89,8 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
                 who = made.get("decidedByName") or made.get("decidedBy")
                 click.echo(f"{made['decision']} {run_id} at {step} (by {who})")
                 return
+            from lantern.engine.approvals import decide
+
             async with opened(s) as store:
                 found = await store.get_run(run_id)
                 if found is None:
@@ -141,6 +146,8 @@ def cancel(ctx: click.Context, run_id: str, database_url: str | None) -> None:
             async with api:
                 found: Any = await api.cancel(run_id)
         else:
+            from lantern.engine.cancel import cancel_run
+
             async with opened(s) as store:
                 found = await cancel_run(store, run_id, cli_worker_id(s), s.lease_ttl)
         state = "cancelled" if found.status == "cancelled" else "cancel requested"
@@ -170,6 +177,9 @@ def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: 
             async with api:
                 made: Any = await api.retry(run_id, from_step=from_step)
         else:
+            from lantern.engine.rerun import retry_run
+            from lantern.models import router
+
             async with opened(s) as store:
                 found = await store.get_run(run_id)
                 if found is None:
@@ -218,6 +228,8 @@ def approvals_list(ctx: click.Context, limit: int, as_json: bool, database_url: 
         if not found:
             click.echo("no pending approvals")
             return
+        from rich.table import Table
+
         table = Table("run", "node", "agent", "prompt", "since")
         for p in found:
             table.add_row(

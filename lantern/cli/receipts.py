@@ -12,15 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 
 from lantern.cli.common import fail, opened, remote, run, settings, with_database
 from lantern.config import Settings
 from lantern.errors import LanternError
-from lantern.receipts import keys as signing
-from lantern.receipts.export import local_export, remote_export
-from lantern.receipts.issue import open_issuer
-from lantern.receipts.verify import verify
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 
@@ -54,6 +49,8 @@ def verify_command(
     given = None if keys_from is None else _read_keys(keys_from)
 
     async def body() -> None:
+        from lantern.receipts.verify import verify
+
         doc, keys = await _gather(s, target, exported, server_keys=given is None)
         failures = verify(doc, keys if given is None else given)
         if failures:
@@ -94,6 +91,8 @@ def rotate_command(ctx: click.Context, database_url: str | None) -> None:
     s = settings(ctx)
 
     async def body() -> None:
+        from lantern.receipts import keys as signing
+
         key = signing.rotate(s)
         async with opened(s) as store:
             await store.register_signing_key(key.kid, key.x)
@@ -115,6 +114,9 @@ def export_command(
     s = settings(ctx)
 
     async def body() -> dict[str, Any]:
+        from lantern.receipts.export import local_export, remote_export
+        from lantern.receipts.issue import open_issuer
+
         api = remote()
         if api is not None:
             async with api:
@@ -147,6 +149,10 @@ async def _gather(
 ) -> tuple[Any, list[Any]]:
     """The export to verify (``exported``, or the run's) and, with ``server_keys``, the keys
     of the server or database it came from."""
+    from lantern.receipts import keys as signing
+    from lantern.receipts.export import local_export, remote_export
+    from lantern.receipts.issue import open_issuer
+
     if exported is not None:
         return exported, await _server_keys(s) if server_keys else []
     api = remote()
@@ -162,6 +168,8 @@ async def _gather(
 
 def _read_keys(keys_from: str) -> list[Any]:
     """A JWK set (or one JWK) from a file or an http(s) URL; exit 2 when it is not one."""
+    import httpx
+
     try:
         if keys_from.startswith(("http://", "https://")):
             response = httpx.get(keys_from, timeout=30)
@@ -180,6 +188,8 @@ def _read_keys(keys_from: str) -> list[Any]:
 
 
 async def _server_keys(s: Settings) -> list[Any]:
+    from lantern.receipts import keys as signing
+
     api = remote()
     if api is not None:
         async with api:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from lantern.cli.common import console, run
 from lantern.observability.logs import FORMATS, LogFormat
@@ -51,6 +50,8 @@ def check() -> None:
 
     async def body() -> int:
         found = await check_drivers()
+        from rich.table import Table
+
         table = Table("driver", "works", "isolation", "why", "seconds")
         for c in found:
             table.add_row(
@@ -83,6 +84,8 @@ def nodes() -> None:
         else:
             async with opened(s) as store:
                 found = [node_json(n, s.node_ttl) for n in await store.list_nodes()]
+        from rich.table import Table
+
         table = Table("node", "driver", "state", "running", "capacity", "labels", "heartbeat")
         for n in found:
             labels = ",".join(f"{k}={v}" for k, v in n["labels"].items())
@@ -120,6 +123,8 @@ def vms(run_id: str | None) -> None:
             async with opened(s) as store:
                 vms = await store.run_vms(run_id) if run_id else await store.list_vms()
             found = [vm_json(v) for v in vms]
+        from rich.table import Table
+
         table = Table("vm", "run", "attempt", "node", "driver", "state", "reason", "exit")
         for v in found:
             table.add_row(

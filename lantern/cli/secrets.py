@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
-from rich.table import Table
 
-from lantern.cli.common import console, opened, remote, run, settings, with_database
+from lantern.cli.common import (
+    DEFAULT_WORKSPACE,
+    console,
+    opened,
+    remote,
+    run,
+    settings,
+    with_database,
+)
 from lantern.config import Settings
-from lantern.engine.runs import DEFAULT_WORKSPACE
 from lantern.errors import NotFound, UsageError
-from lantern.sdk import AsyncClient
-from lantern.secrets import box
-from lantern.secrets.vault import Vault
-from lantern.store.base import Store
+
+if TYPE_CHECKING:
+    from lantern.sdk import AsyncClient
+    from lantern.secrets.vault import Vault
+    from lantern.store.base import Store
 
 Workspace = click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True)
 Database = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
@@ -34,6 +42,9 @@ def secrets() -> None:
 
 
 def _vault(s: Settings, store: Store) -> Vault:
+    from lantern.secrets import box
+    from lantern.secrets.vault import Vault
+
     return Vault(store, box.load(s.secrets_key, s.data_path))
 
 
@@ -111,6 +122,8 @@ def list_secrets(ctx: click.Context, workspace: str, database_url: str | None) -
                 )
                 for i in found
             ]
+        from rich.table import Table
+
         table = Table("name", "created", "updated")
         for row in rows:
             table.add_row(*row)

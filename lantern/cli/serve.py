@@ -9,18 +9,12 @@ import socket
 from dataclasses import replace
 
 import click
-import uvicorn
 
 from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import fail, settings, with_database
 from lantern.durations import parse_duration
-from lantern.effects.egress import EgressPolicy
 from lantern.errors import LanternError
-from lantern.models.registry import Models
 from lantern.observability import logs
-from lantern.receipts.keys import load_ring
-from lantern.secrets import box, redact
-from lantern.server.app import create_app
 
 
 @click.command()
@@ -53,6 +47,14 @@ def serve(
     log_format: logs.LogFormat,
 ) -> None:
     """Serve the API and execute runs: take back this worker's runs, then queued ones."""
+    import uvicorn
+
+    from lantern.effects.egress import EgressPolicy
+    from lantern.models.registry import Models
+    from lantern.receipts.keys import load_ring
+    from lantern.secrets import box, redact
+    from lantern.server.app import create_app
+
     with_database(ctx, database_url)
     s = settings(ctx)
     try:

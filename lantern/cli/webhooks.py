@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import click
 
-from lantern.cli.common import opened, run, settings, with_database
+from lantern.cli.common import DEFAULT_WORKSPACE, opened, run, settings, with_database
 from lantern.durations import parse_duration
-from lantern.effects import signing
-from lantern.engine.runs import DEFAULT_WORKSPACE
 from lantern.errors import UsageError
 
 DEFAULT_OVERLAP = "24h"
@@ -60,6 +58,8 @@ def secret(
             raise UsageError(f"--overlap: {exc} (use e.g. 24h, 90m or 0)") from exc
         if overlap_s < 0:
             raise UsageError("--overlap cannot be negative")
+        from lantern.effects import signing
+
         async with opened(s) as store:
             if not rotate:
                 return await store.ensure_signing_secret(workspace, signing.new_secret())

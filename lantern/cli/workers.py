@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from rich.table import Table
 
 from lantern.cli.common import console, opened, remote, run, settings, with_database
 
@@ -23,6 +22,8 @@ def list_workers(ctx: click.Context, database_url: str | None) -> None:
     """Each replica's id, last heartbeat and the runs it holds leases on.
 
     With LANTERN_URL set it asks that server (the key needs the admin scope)."""
+    from rich.table import Table
+
     with_database(ctx, database_url)
     s = settings(ctx)
 
