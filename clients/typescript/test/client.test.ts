@@ -108,6 +108,7 @@ let client: LanternClient;
 let key: string;
 let readOnlyKey: string;
 
+// No hook or test may hang `make test`: each has two minutes at most (the script's --test-timeout).
 before(async () => {
   await server.start();
   [key, readOnlyKey] = await Promise.all([server.key(), server.key("runs:read")]);
@@ -117,7 +118,7 @@ before(async () => {
     client.applyAgent(chain("chain", 3)),
     client.applyAgent(story("story")),
   ]);
-});
+}, { timeout: 120_000 });
 
 after(async () => {
   await server.close();

@@ -112,7 +112,10 @@ export class Server {
     if (child.exitCode === null && child.signalCode === null) {
       const ended = new Promise((done) => child.once("exit", done));
       child.kill(signal);
+      // A server that does not stop when asked is killed: a test never waits on it for long.
+      const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
       await ended;
+      clearTimeout(timer);
     }
     started.delete(child);
   }
