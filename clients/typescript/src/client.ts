@@ -26,6 +26,8 @@ import {
   type CreateRunBody,
   type DecisionBody,
   type DecisionRecord,
+  type Delivery,
+  type DeliveryList,
   type EventPage,
   type EventsQuery,
   type Event,
@@ -35,11 +37,17 @@ import {
   type PendingApproval,
   type Receipt,
   type RetryAnswer,
+  type ResumeAnswer,
+  type ResumeBody,
   type RetryBody,
   type Run,
   type RunPage,
   type RunStatus,
+  type Secret,
+  type SecretPage,
   type SignalSent,
+  type Worker,
+  type WorkerPage,
   isFinished,
 } from "./types.js";
 
@@ -355,6 +363,26 @@ export class LanternClient {
     return checked(await this.send<RetryAnswer>("POST", path, { ...options, body }), RUN_KEYS);
   }
 
+  /** Move a code-first run waiting for a version of its code onto `version`. */
+  async resume(runId: string, version: string, options: CallOptions = {}): Promise<Run> {
+    const body: ResumeBody = { version };
+    const path = `/v1/runs/${seg(runId)}/resume`;
+    return checked(await this.send<ResumeAnswer>("POST", path, { ...options, body }), RUN_KEYS);
+  }
+
+  /** The run's claimed deliveries and their status (`unknown`: a crash cut one off mid-send). */
+  async deliveries(runId: string, options: CallOptions = {}): Promise<Delivery[]> {
+    const path = `/v1/runs/${seg(runId)}/deliveries`;
+    return checked(await this.send<DeliveryList>("GET", path, options), ["items"]).items;
+  }
+
+  /** A microVM run's VMs, oldest first: node, driver, state and why each ended. */
+  async vms(runId: string, options: CallOptions = {}): Promise<Record<string, unknown>[]> {
+    const path = `/v1/runs/${seg(runId)}/vms`;
+    const answer = await this.send<{ items: Record<string, unknown>[] }>("GET", path, options);
+    return checked(answer, ["items"]).items;
+  }
+
   /** The finished run's signed receipt (ConflictError while it is unfinished). */
   async receipt(runId: string, options: CallOptions = {}): Promise<Receipt> {
     const path = `/v1/runs/${seg(runId)}/receipt`;
@@ -400,6 +428,42 @@ export class LanternClient {
       query: { limit: options.limit, cursor: options.cursor },
     });
     return checked(page, PAGE_KEYS);
+  }
+
+  // The workspace and the server
+
+  /** The key's workspace's secrets: names and times, never a value (scope `secrets:read`). */
+  async secrets(options: CallOptions = {}): Promise<Secret[]> {
+    return checked(await this.send<SecretPage>("GET", "/v1/secrets", options), ["items"]).items;
+  }
+
+  /** Set a secret of the key's workspace (scope `secrets:write`); the answer names it and its
+   * times, never its value. */
+  async setSecret(name: string, value: string, options: CallOptions = {}): Promise<Secret> {
+    const path = `/v1/secrets/${seg(name)}`;
+    const secret = await this.send<Secret>("PUT", path, { ...options, body: { value } });
+    return checked(secret, ["name", "createdAt", "updatedAt"]);
+  }
+
+  /** Delete a secret of the key's workspace (scope `secrets:write`); NotFoundError when there
+   * is none of that name. */
+  async deleteSecret(name: string, options: CallOptions = {}): Promise<void> {
+    await this.send<undefined>("DELETE", `/v1/secrets/${seg(name)}`, options);
+  }
+
+  /** The replicas sharing the server's database (scope `admin`). */
+  async workers(options: CallOptions = {}): Promise<Worker[]> {
+    return checked(await this.send<WorkerPage>("GET", "/v1/workers", options), ["items"]).items;
+  }
+
+  /** The runtime nodes that run microVM agents: drivers, capacity, heartbeats (scope `admin`). */
+  async runtimeNodes(options: CallOptions = {}): Promise<Record<string, unknown>[]> {
+    const answer = await this.send<{ items: Record<string, unknown>[] }>(
+      "GET",
+      "/v1/runtime/nodes",
+      options,
+    );
+    return checked(answer, ["items"]).items;
   }
 
   /** Whether the server answers its health check now (one attempt, no retries). */

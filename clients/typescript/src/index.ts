@@ -25,6 +25,7 @@ export { TERMINAL_STATUSES, isFinished } from "./types.js";
 export type {
   Agent,
   DecisionRecord,
+  Delivery,
   Event,
   EventPage,
   Jwk,
@@ -34,6 +35,8 @@ export type {
   Receipt,
   Run,
   RunStatus,
+  Secret,
   SignalSent,
   Usage,
+  Worker,
 } from "./types.js";

@@ -36,6 +36,14 @@ export type DecisionRecord = Answer<"/v1/runs/{run_id}/approvals/{node_id}", "po
 export type PendingApproval = Schemas["PendingApprovalOut"];
 export type Receipt = Answer<"/v1/runs/{run_id}/receipt", "get", 200>;
 export type Jwk = Schemas["Jwk"];
+export type Delivery = Schemas["DeliveryOut"];
+export type DeliveryList = Answer<"/v1/runs/{run_id}/deliveries", "get", 200>;
+export type Secret = Answer<"/v1/secrets/{name}", "put", 200>;
+export type SecretPage = Answer<"/v1/secrets", "get", 200>;
+export type Worker = Schemas["WorkerOut"];
+export type WorkerPage = Answer<"/v1/workers", "get", 200>;
+export type ResumeBody = Schemas["Resume"];
+export type ResumeAnswer = Answer<"/v1/runs/{run_id}/resume", "post", 202>;
 export type Problem = Schemas["Problem"];
 
 export type CreateRunBody = Schemas["CreateRun"];

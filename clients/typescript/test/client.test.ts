@@ -107,11 +107,16 @@ const server = new Server({ LANTERN_OFFLINE_WORD_DELAY: "20ms", LANTERN_MAX_BODY
 let client: LanternClient;
 let key: string;
 let readOnlyKey: string;
+let adminKey: string;
 
 // No hook or test may hang `make test`: each has two minutes at most (the script's --test-timeout).
 before(async () => {
   await server.start();
-  [key, readOnlyKey] = await Promise.all([server.key(), server.key("runs:read")]);
+  [key, readOnlyKey, adminKey] = await Promise.all([
+    server.key(),
+    server.key("runs:read"),
+    server.key("admin,secrets:read,secrets:write,runs:read"),
+  ]);
   client = new LanternClient({ baseUrl: server.url, apiKey: key });
   await Promise.all([
     client.applyAgent(gated("gated")),
@@ -315,6 +320,35 @@ describe("decisions", () => {
     const fromApproval = await client.retry(rejected.id, { fromStep: "ok" });
     assert.equal(fromApproval.agentName, "gated");
     await parked(client, fromApproval.id);
+  });
+});
+
+describe("the workspace and the server", () => {
+  test("secrets are set, listed without their values and deleted; workers; a run's parts", async () => {
+    const admin = new LanternClient({ baseUrl: server.url, apiKey: adminKey });
+    const value = `sk-${randomUUID()}`;
+    const set = await admin.setSecret("TS_TOKEN", value);
+    assert.equal(set.name, "TS_TOKEN");
+    const listed = await admin.secrets();
+    assert.deepEqual(
+      listed.map((x) => x.name),
+      ["TS_TOKEN"],
+    );
+    assert.ok(!JSON.stringify(listed).includes(value));
+    await admin.deleteSecret("TS_TOKEN");
+    assert.deepEqual(await admin.secrets(), []);
+    const again = await admin.deleteSecret("TS_TOKEN").catch((e: unknown) => e);
+    assert.ok(again instanceof NotFoundError, String(again));
+    const denied = await client.secrets().catch((e: unknown) => e); // no secrets:read
+    assert.ok(denied instanceof PermissionDenied, String(denied));
+
+    const workers = await admin.workers();
+    assert.ok(workers.some((w) => w.id === `ts-test-${server.port}` && w.alive));
+    assert.deepEqual(await admin.runtimeNodes(), []);
+    const run = await client.createRun("chain", {});
+    await client.wait(run.id, { timeoutMs: 30_000 });
+    assert.deepEqual(await client.deliveries(run.id), []); // a graph of model steps delivers nothing
+    assert.deepEqual(await client.vms(run.id), []); // nor runs in a microVM
   });
 });
 
