@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 from contextlib import suppress
 
-from lantern.engine import commits
+from lantern.engine import commits, vm_cancel
 from lantern.engine import events as ev
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, NotFound
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, Run, RunUpdate
+from lantern.store.runtime import Vm
 
 
 async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> Run:
@@ -27,7 +28,7 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         raise NotFound(f"run {run_id} not found")
     if run.finished or not await store.request_cancel(run_id):
         raise Conflict(f"run {run_id} has already finished ({run.status})")
-    await finish_if_free(store, run_id, worker_id, ttl)
+    await _cancel(store, run_id, worker_id, ttl)
     # The runs its sub-agents started, and theirs: a worklist, not recursion, so a chain of
     # any depth is cancelled without exhausting the stack.
     pending = [run_id]
@@ -35,19 +36,32 @@ async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> R
         for child in await store.children(pending.pop()):
             if child.finished or not await store.request_cancel(child.id):
                 continue  # it finished meanwhile
-            await finish_if_free(store, child.id, worker_id, ttl)
+            await _cancel(store, child.id, worker_id, ttl)
             pending.append(child.id)
     found = await store.get_run(run_id)
     assert found is not None
     return found
 
 
-async def finish_if_free(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
+async def _cancel(store: Store, run_id: str, worker_id: str, ttl: float) -> None:
+    """A flagged run's cancellation: a microVM run's live VM is ended at once (its runtime
+    node holds the lease and no drive would see the flag: ``vm_cancel``), any other run is
+    finished here unless its lease holder will."""
+    vm = await vm_cancel.end_live_vm(store, run_id)
+    if vm is not None and await vm_cancel.finish_taken(store, vm, ttl):
+        return
+    await finish_if_free(store, run_id, worker_id, ttl, vm)
+
+
+async def finish_if_free(
+    store: Store, run_id: str, worker_id: str, ttl: float, vm: Vm | None = None
+) -> None:
     """Journal a flagged run's cancellation unless a live lease holder will (a holder, even
-    in this process, cancels its run itself)."""
+    in this process, cancels its run itself); ``vm``: a VM of the run the cancel ended before
+    its runtime node took it."""
     lease = await store.acquire_lease(run_id, _holder(worker_id), ttl, reclaim=False)
     if lease is not None:
-        await _finish(store, lease, ttl)
+        await _finish(store, lease, ttl, vm)
 
 
 def _holder(worker_id: str) -> str:
@@ -58,15 +72,16 @@ def _holder(worker_id: str) -> str:
     return f"{worker_id}:cancel"
 
 
-async def _finish(store: Store, lease: Lease, ttl: float) -> None:
+async def _finish(store: Store, lease: Lease, ttl: float, vm: Vm | None = None) -> None:
     """Journal the cancellation under ``lease``; whatever happens, the lease is not left held
     (the commit that finishes the run releases it; anything else gives it back here)."""
     try:
         state = fold(await store.events(lease.run_id))  # outputs in blobs stay references
         if state.terminal is None:
             w = EventWriter(lease.run_id, state.last_seq, state.last_hash)
+            ended = () if vm is None else (vm_cancel.terminated(w, vm),)
             event = w.event(ev.RUN_CANCELLED, {"by": "request"})
-            batch = Append(lease, (event,), RunUpdate("cancelled", error=ev.CANCELLED))
+            batch = Append(lease, (*ended, event), RunUpdate("cancelled", error=ev.CANCELLED))
             run = await store.get_run(lease.run_id)  # for the run's log line
             await commits.commit(store, batch, patience=ttl, run=run)  # across a database blink
             return

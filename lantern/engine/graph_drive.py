@@ -21,7 +21,6 @@ import asyncio
 import functools
 from typing import Any
 
-from lantern import limits
 from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
@@ -341,26 +340,10 @@ class GraphDrive(Drive):
         task.add_done_callback(lambda _: self.host.live.finished(self.run.id, step, attempt))
         self.tasks[task] = step
 
-    async def _check_depth(self, agent: str) -> None:
-        """A run at the end of a chain of MAX_SUBAGENT_DEPTH parents starts no child: an
-        agent that calls itself is a chain, not a fork bomb. The walk stops at the limit."""
-        depth, parent = 0, self.run.parent_id
-        while parent is not None and depth < limits.MAX_SUBAGENT_DEPTH:
-            depth += 1
-            above = await self.host.store.get_run(parent)
-            parent = above.parent_id if above is not None else None
-        if depth >= limits.MAX_SUBAGENT_DEPTH:
-            raise StepError(
-                f"sub-agent {agent!r}: this run is {depth} sub-agents deep, the limit "
-                f"of {limits.MAX_SUBAGENT_DEPTH}; it starts no more",
-                error_class="tool",
-            )
-
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:
         """Create this step attempt's child run, or find it after a crash: its id is derived
         from (run, step, attempt), so a re-drive never starts a second one."""
         child_id = child_run_id(self.run.id, step, attempt)
-        await self._check_depth(agent)
         try:
             await create_run(
                 self.host.store,

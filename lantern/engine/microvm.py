@@ -8,6 +8,7 @@ part, so the engine can tell a microVM agent apart without importing the tier.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class MicroVmAgent:
     vcpus: int = 1
     timeout_s: int = 900
     network: str = "none"
+    budget: Mapping[str, Any] | None = None  # the agent's {maxUsd, maxTokens}, as a graph's
 
 
 def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) -> MicroVmAgent:
@@ -74,4 +76,5 @@ def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) ->
         numbers["memoryMb"],
         numbers["vcpus"],
         numbers["timeoutS"],
+        budget=definition.get("budget"),
     )

@@ -14,7 +14,7 @@ from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.validate import Knows, tool_problems
-from lantern.errors import Conflict, DefinitionError, TooLarge, UsageError
+from lantern.errors import Conflict, DefinitionError, NotFound, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.models.router import Routes
 from lantern.store.base import Store
@@ -130,6 +130,8 @@ async def create_run(
         found = await store.run_for_key(workspace, idempotency_key)
         if found is not None:
             return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    if parent_id is not None:
+        await _check_parent(store, parent_id)
     quota = config.max_queued_runs()
     if await store.queued_count(workspace, quota) >= quota:
         raise UsageError(
@@ -151,13 +153,45 @@ async def create_run(
         parent_id=parent_id,
     )
     try:
-        return await store.create_run(run, idempotency_key=idempotency_key, request_digest=digest)
+        created = await store.create_run(
+            run, idempotency_key=idempotency_key, request_digest=digest
+        )
     except Conflict:
         assert idempotency_key is not None
         found = await store.run_for_key(workspace, idempotency_key)
         if found is None:
             raise
         return _same_request(found, digest, idempotency_key)  # a retry, or a concurrent twin
+    if parent_id is not None:
+        # A cancel of an ancestor that came between the check and the insert walked the
+        # children before this one existed: flag it here, so it never runs.
+        parent = await store.get_run(parent_id)
+        if parent is None or parent.cancel_requested or parent.finished:
+            await store.request_cancel(created.id)
+    return created
+
+
+async def _check_parent(store: Store, parent_id: str) -> None:
+    """A child run is refused under a chain of MAX_SUBAGENT_DEPTH runs (an agent that calls
+    itself is a chain, not a fork bomb) and under an ancestor being cancelled or finished
+    (a cancel of the root stops the tree). Every kind of parent run, one check; the walk
+    stops past the limit."""
+    depth = 0
+    above: str | None = parent_id
+    while above is not None and depth <= limits.MAX_SUBAGENT_DEPTH:
+        run = await store.get_run(above)
+        if run is None:
+            raise NotFound(f"parent run {above} not found")
+        if run.cancel_requested or (run.finished and depth == 0):
+            state = "being cancelled" if run.cancel_requested else run.status
+            raise Conflict(f"run {run.id} is {state}: it starts no sub-agent")
+        depth += 1
+        above = run.parent_id
+    if depth > limits.MAX_SUBAGENT_DEPTH:
+        raise UsageError(
+            f"this run is {depth - 1} sub-agents deep, the limit of"
+            f" {limits.MAX_SUBAGENT_DEPTH}; it starts no more"
+        )
 
 
 def _request_digest(agent_name: str, input: Any) -> str:

@@ -23,7 +23,7 @@ error, 422).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,13 +63,15 @@ def prepare(
     app: App,
     models: registry.Models,
     spent: Callable[[], RunUsage],
+    budget: Mapping[str, Any] | None = None,
 ) -> Prepared:
-    """The step ``request`` asks for, checked; a UsageError says what is wrong with it."""
+    """The step ``request`` asks for, checked; a UsageError says what is wrong with it.
+    ``budget``: the agent's, which a model call is gated by as a graph agent's is."""
     if not isinstance(request, dict):
         raise UsageError("call must be an object with a kind, 'model' or 'tool'")
     kind = request.get("kind")
     if kind == "model":
-        return _model(request, run, store, app, models, spent)
+        return _model(request, run, store, app, models, spent, budget)
     if kind == "tool":
         return _tool(request, step, run, lease, store, app)
     raise UsageError(f"call kind {kind!r} is not performed for a VM: use 'model' or 'tool'")
@@ -82,6 +84,7 @@ def _model(
     app: App,
     models: registry.Models,
     spent: Callable[[], RunUsage],
+    budget: Mapping[str, Any] | None,
 ) -> Prepared:
     model = call_args.model_name(request.get("model"), models.routes)
     prompt, messages = request.get("prompt"), request.get("messages")
@@ -115,7 +118,7 @@ def _model(
             max_tokens=max_tokens,
             tools=await tools.offered(box, specs),
         )
-        result = await call(models, ask, gate(store, run, None, spent, models))
+        result = await call(models, ask, gate(store, run, budget, spent, models))
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)
         return output

@@ -145,7 +145,15 @@ class Node:
                 running.handle.kill()
 
     async def _take_placed(self) -> None:
-        for row in await self.store.node_vms(self.node_id):
+        rows = await self.store.node_vms(self.node_id)
+        live = {row.vm_id for row in rows}
+        for vm_id, running in list(self.vms.items()):
+            if vm_id not in live and running.handle is not None and not running.ended:
+                # Its row ended under it (a cancel, say): stop it within a poll, not a beat.
+                log.warning("VM %s was ended on the control plane: stopping it", vm_id)
+                running.ended = True
+                running.handle.kill()
+        for row in rows:
             if row.state == "scheduled" and row.vm_id not in self.vms:
                 await self._take(row)
 

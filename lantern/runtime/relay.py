@@ -23,8 +23,8 @@ import hmac
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,8 +33,18 @@ from lantern.engine import call_args, commits, determinism
 from lantern.engine import events as ev
 from lantern.engine.drive import observed
 from lantern.engine.function_waits import resolved
+from lantern.engine.graph import parse_agent
 from lantern.engine.journal import EventWriter, RunState, fold
-from lantern.errors import Conflict, LanternError, LeaseLost, StepError, Unauthorized, UsageError
+from lantern.engine.microvm import MicroVmAgent
+from lantern.errors import (
+    Conflict,
+    DefinitionError,
+    LanternError,
+    LeaseLost,
+    StepError,
+    Unauthorized,
+    UsageError,
+)
 from lantern.ids import idempotency_key
 from lantern.models import registry
 from lantern.runtime import calls, metrics
@@ -83,6 +93,7 @@ class Relay:
         self.patience = patience  # how long a commit is sent again across a database blink
         self._locks: dict[str, asyncio.Lock] = {}
         self._orders: OrderedDict[str, list[str]] = OrderedDict()  # vm id -> order()
+        self._budgets: OrderedDict[tuple[str, str, int], Mapping[str, Any] | None] = OrderedDict()
 
     async def authenticate(self, authorization: str | None) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one)."""
@@ -151,6 +162,7 @@ class Relay:
                 app=self.app,
                 models=self.models,
                 spent=lambda: call_args.model_spent(state.outputs, types),
+                budget=await self._budget(run),
             )
             due: int | None = None
             if step in state.retrying:  # a backoff the VM's loss cut short
@@ -198,6 +210,21 @@ class Relay:
             error = outcome.to_json()
             await self._step(vm, ev.STEP_FAILED, step, attempt, {"error": error})
             return {"error": error}
+
+    async def _budget(self, run: Run) -> Mapping[str, Any] | None:
+        """The budget of the run's agent version (a version never changes: kept in memory)."""
+        key = (run.workspace, run.agent_name, run.agent_version)
+        if key not in self._budgets:
+            found = await self.store.get_agent(*key)
+            agent = None
+            if found is not None:
+                with suppress(DefinitionError):
+                    agent = parse_agent(found.definition)
+            budget = agent.budget if isinstance(agent, MicroVmAgent) else None
+            self._budgets[key] = budget
+            while len(self._budgets) > MAX_ORDERS:
+                self._budgets.popitem(last=False)
+        return self._budgets[key]
 
     async def _opening(
         self, vm: Vm, step: str, body: dict[str, Any]
@@ -501,9 +528,13 @@ def _error(error: Any) -> dict[str, Any]:
     if not isinstance(error, dict):
         return {"code": ev.E_WORKLOAD_FAILED, "message": str(error), "class": "tool"}
     message = str(error.get("message", ""))[:4000]
-    return {
-        "code": str(error.get("code") or ev.E_WORKLOAD_FAILED),
+    found = {
+        "code": str(error.get("code") or ev.E_WORKLOAD_FAILED)[:100],
         "message": message,
-        "class": str(error.get("class") or "tool"),
+        "class": str(error.get("class") or "tool")[:100],
         "retryable": bool(error.get("retryable", False)),
     }
+    step = error.get("step")
+    if isinstance(step, str) and 0 < len(step) <= MAX_STEP_ID:
+        found["step"] = step  # the step whose failure ended the run
+    return found

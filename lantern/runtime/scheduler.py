@@ -215,6 +215,11 @@ class Scheduler:
         if any(v.live for v in vms):
             return None  # the VM is self-managing
         w = await writer(self.store, run.id)
+        if run.cancel_requested:  # a cancel came while no VM held the run: never place one
+            cancelled = w.event(ev.RUN_CANCELLED, {"by": "request"})
+            await self._commit(lease, [cancelled], RunUpdate("cancelled", error=ev.CANCELLED), run)
+            self.waiting.pop(run.id, None)
+            return None
         events: list[NewEvent] = []
         update: RunUpdate | None = None
         if run.status == "queued":

@@ -58,7 +58,14 @@ class Reporter(Protocol):
 
 class StepFailed(Exception):
     """A step failed for good (journaled ``step_failed``): a model call or a tool the control
-    plane performed, or a step of this run that failed before."""
+    plane performed, or a step of this run that failed before. ``error`` is the journaled
+    error; uncaught, it is the run's error (``step_failed``, or its own code such as
+    ``budget_exceeded``), as in-process."""
+
+    def __init__(self, step_id: str, error: Mapping[str, Any]) -> None:
+        super().__init__(f"step {step_id!r} failed: {error.get('message', error)}")
+        self.step_id = step_id
+        self.error = dict(error)
 
 
 class CallRefused(Exception):
@@ -295,8 +302,7 @@ class Context:
                 raise CallRefused(str(exc)) from None
             raise
         if "error" in answer:
-            error = answer["error"]
-            raise StepFailed(f"step {step_id!r} failed: {error.get('message', error)}")
+            raise StepFailed(step_id, answer["error"])
         self._completed[step_id] = answer["output"]
         return answer["output"]
 

@@ -99,14 +99,10 @@ async def _awaited(result: Any) -> Any:
 
 
 def _workload_error(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, StepFailed):  # a step failed for good and the workload let it end it
+        return {"code": "step_failed", "step": exc.step_id, **exc.error}
     detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return {
-        "code": "workload_failed",
-        "message": detail,
-        "class": "tool",
-        "retryable": False,
-        "replayed": isinstance(exc, StepFailed),
-    }
+    return {"code": "workload_failed", "message": detail, "class": "tool", "retryable": False}
 
 
 def main() -> int:

@@ -82,10 +82,13 @@ class Cluster:
         self.nodes: list[RuntimeNodeProcess] = []
         self.key = make_key(database_url, "default", "runs:execute,runs:read,agents:write,admin")
 
-    def serve(self, n: int = 1, **env: str) -> Cluster:
+    def serve(self, n: int = 1, *, app: str | None = None, **env: str) -> Cluster:
         for i in range(n):
             log = self.tmp / f"serve-{len(self.servers)}-{i}.log"
-            self.servers.append(Server(self.database_url, log, env={**FAST, **env}).start())
+            server = Server(self.database_url, log, env={**FAST, **env})
+            if app is not None:
+                server.app = app
+            self.servers.append(server.start())
         return self
 
     def node(self, node_id: str, server: int = 0, **kw: Any) -> RuntimeNodeProcess:

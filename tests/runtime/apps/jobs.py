@@ -109,3 +109,22 @@ async def looks_around(ctx: Context) -> Any:
 async def asks_wrong(ctx: Context) -> Any:
     """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
     return await ctx.tool("no-such-tool")
+
+
+async def calls_itself(ctx: Context, pause: float = 0.0) -> Any:
+    """A VM agent that starts itself as a sub-agent: a chain the depth limit must stop."""
+    if pause:
+        await ctx.step("pause", _wait, pause)
+    return await ctx.run_agent("vm-chain", {"pause": pause})
+
+
+async def holds(ctx: Context) -> None:
+    """A step that runs far longer than any test: only a cancel or a kill ends it."""
+    await ctx.step("hold", _wait, 600)
+
+
+async def spends(ctx: Context) -> Any:
+    """Two model calls: under maxTokens 10 the budget stops them, as a graph agent's."""
+    first = await ctx.model("gpt-4o-mini", prompt="Hi", name="first")
+    second = await ctx.model("gpt-4o-mini", prompt="Again", name="second")
+    return {"first": first.text, "second": second.text}
