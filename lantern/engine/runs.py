@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, Run
 
 DEFAULT_WORKSPACE = "default"
+CANCEL_PATIENCE = 5.0  # seconds a child refused under a cancel waits for the cancel to land
 
 
 async def apply_agent(
@@ -171,6 +173,18 @@ async def create_run(
     return created
 
 
+async def _cancelled_first(store: Store, parent_id: str) -> None:
+    """Give the cancel of the run asking for a child the time to reach its drive (which
+    stops the step asking, and this with it), so that the run ends ``cancelled`` rather than
+    failed by the refused child; the refusal follows after a while in any case."""
+    deadline = time.monotonic() + CANCEL_PATIENCE
+    while time.monotonic() < deadline:
+        parent = await store.get_run(parent_id)
+        if parent is None or parent.finished:
+            return
+        await asyncio.sleep(0.1)
+
+
 async def _check_parent(store: Store, parent_id: str) -> None:
     """A child run is refused under a chain of MAX_SUBAGENT_DEPTH runs (an agent that calls
     itself is a chain, not a fork bomb) and under an ancestor being cancelled or finished
@@ -183,6 +197,8 @@ async def _check_parent(store: Store, parent_id: str) -> None:
         if run is None:
             raise NotFound(f"parent run {above} not found")
         if run.cancel_requested or (run.finished and depth == 0):
+            if run.cancel_requested:
+                await _cancelled_first(store, parent_id)
             state = "being cancelled" if run.cancel_requested else run.status
             raise Conflict(f"run {run.id} is {state}: it starts no sub-agent")
         depth += 1

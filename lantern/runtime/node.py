@@ -4,9 +4,11 @@ relays their reports to the control plane and holds each run's lease while its V
 Per VM: take the run lease (its epoch goes on the VM's row, and fences every report), make a
 token (only its digest is stored), start the VM under the driver, tell the control plane it
 started, then answer the VM's channel: ``hello`` (the run), ``steps`` (a resumed VM's completed
-steps, from ``GET /v1/runtime/steps``), ``report`` (relayed to ``POST /v1/runtime/report``),
-``done``/``failed`` (the workload's own end). A VM whose report is refused (409: it is no
-longer the run's live VM) is killed; so is one whose lease cannot be renewed, and one that
+steps, from ``GET /v1/runtime/steps``), ``step`` (what a ``ctx.step`` proposes, relayed to
+``POST /v1/runtime/step``), ``call`` (``POST /v1/runtime/call``), ``done``/``failed`` (the
+workload's own end). Only the node itself reports (``POST /v1/runtime/report``: the VM's
+start and end); a VM asking for anything else is refused. A VM refused with 409 (it is
+no longer the run's live VM) is killed; so is one whose lease cannot be renewed, and one that
 runs past ``timeoutS``. A VM that ends without saying how is reported ``killed`` and its lease
 expired at once, so the scheduler resumes the run on another node.
 """
@@ -31,7 +33,7 @@ from lantern.engine.microvm import MicroVmAgent
 from lantern.runtime.bytecode import precompile
 from lantern.runtime.channel import Refused, serve
 from lantern.runtime.drivers import Driver, Vm, VmSpec
-from lantern.runtime.relay import STEP_KINDS, digest, new_token
+from lantern.runtime.relay import STEP_FIELDS, digest, new_token
 from lantern.runtime.warm import WarmPool
 from lantern.store.base import Store
 from lantern.store.records import Lease
@@ -233,16 +235,12 @@ class Node:
                 }
             if op == "steps":
                 return await self._steps(running)
-            if op == "report":
-                events = request.get("events")
-                if not isinstance(events, list) or any(
-                    not isinstance(e, dict) or e.get("kind") not in STEP_KINDS for e in events
-                ):
-                    raise Refused("a VM reports step events only", 422)
-                await self._relay(running, events)
-                return None
-            if op == "call":  # ctx.model / ctx.tool: the control plane performs the step
-                return await self._call(running, request)
+            if op == "report":  # the journal's events are the control plane's to write
+                raise Refused("a VM proposes only its own steps' outcomes (op 'step')", 422)
+            if op == "step":  # ctx.step: which attempt to run, then what it did
+                return await self._call(running, request, "step")
+            if op == "call":  # ctx.model / ctx.tool / waits: the control plane performs them
+                return await self._call(running, request, "call")
             if op in ("done", "failed"):
                 outcome[op] = request
                 return None
@@ -330,13 +328,14 @@ class Node:
         if response.status_code != 200:
             self._refused(running, response)
 
-    async def _call(self, running: Running, request: dict[str, Any]) -> Any:
-        body = {k: request.get(k) for k in ("stepId", "position", "call")}
+    async def _call(self, running: Running, request: dict[str, Any], path: str) -> Any:
+        fields = STEP_FIELDS if path == "step" else ("stepId", "position", "call")
+        body = {k: request[k] for k in fields if k in request}
         async with running.lock:
             # A model call takes as long as the model does: no read timeout of ours (the
             # VM's timeoutS bounds it).
             response = await self._http.post(
-                f"{self.control_url}/v1/runtime/call",
+                f"{self.control_url}/v1/runtime/{path}",
                 json=body,
                 headers=self._auth(running),
                 timeout=httpx.Timeout(30, read=None),

@@ -1,12 +1,15 @@
 """The Context a workload receives inside a VM: the methods of ``lantern.Context``.
 
-Every ``ctx.step`` is reported to the runtime node as ``step_started`` then
-``step_completed`` (with its output) or ``step_failed``, and the node relays each report to
-the control plane, which journals it. A resumed VM (``LANTERN_RESUME=1``) is handed the
-run's completed steps first: a step that has a journaled output returns it and its function
-is not called, so a workload skips its own completed work without code of its own. Each call
-carries its position, so the control plane checks a resumed workload's step names against
-the journal's order (a different name there fails the run with ``nondeterminism``).
+The harness proposes, the control plane decides. A ``ctx.step`` asks (``step``, relayed by the
+runtime node to ``POST /v1/runtime/step``) which attempt to run: the answer is the journaled
+output (the step is not run again), its journaled failure, a retry's due time to wait for, or
+the attempt to run now. The harness runs it and sends what it did, ``{stepId, position,
+attempt, output}`` or ``{..., error: {message, class, retryable}}``; the control plane journals
+it through the same step ledger as every kind of run and answers: go on, retry (its due time
+journaled with ``step_retrying``), or fail. The harness keeps no retry loop of its own. Each
+call carries its position, so the control plane checks a resumed workload's step names
+against the journal's order (a different name there fails the run with ``nondeterminism``).
+A resumed VM (``LANTERN_RESUME=1``) is also handed the run's completed steps first.
 
 ``ctx.model`` and ``ctx.tool`` cross the channel: the VM has no network and no keys, so the
 control plane performs the model call (with its provider keys, through its model layer) or
@@ -139,49 +142,43 @@ class Context:
         step_id, position = self._name(name)
         if self._served(step_id, position):
             return self._completed[step_id]
-        policy = dict(retry or {})
-        attempts = max(1, int(policy.get("maxAttempts", 1)))
-        backoff = max(0, int(policy.get("backoffMs", 0))) / 1000
-        attempt = 1
-        self._report(
-            {"kind": "step_started", "stepId": step_id, "attempt": 1, "position": position}
-        )
+        ask = {"stepId": step_id, "position": position}
+        if retry is not None:
+            ask["retry"] = dict(retry)
         while True:
+            # Which attempt to run (and when): the control plane decides, from the journal.
+            answer = self._step(ask)
+            if "output" in answer:  # the journal has it: not run again
+                self._completed[step_id] = answer["output"]
+                return answer["output"]
+            if "error" in answer:
+                raise StepFailed(step_id, answer["error"])
+            if "dueAt" in answer:  # a retry's backoff, journaled: wait it out, then ask again
+                await asyncio.sleep(max(0.0, answer["dueAt"] / 1000 - time.time()))
+                continue
+            attempt = int(answer["attempt"])
+            raised: BaseException | None = None
+            proposal: dict[str, Any]
             token = _current_step.set((step_id, attempt))
             try:
                 output = await self._invoke(fn, args, kwargs, timeout_ms)
-                encoded = json.loads(json.dumps(output))  # what a replay would read back
             except Exception as exc:
-                error = _error(exc, step_id, timeout_ms)
-                if attempt < attempts:
-                    attempt += 1
-                    data = {"attempt": attempt, "of": attempts, "error": error}
-                    self._report(
-                        {
-                            "kind": "step_retrying",
-                            "stepId": step_id,
-                            "attempt": attempt,
-                            "data": data,
-                        }
-                    )
-                    await asyncio.sleep(backoff * 2 ** (attempt - 2))
-                    continue
-                self._report(
-                    {
-                        "kind": "step_failed",
-                        "stepId": step_id,
-                        "attempt": attempt,
-                        "data": {"error": error},
-                    }
-                )
-                raise
+                raised = exc
+                proposal = {"error": _error(exc, step_id, timeout_ms)}
+            else:
+                proposal = _encoded(step_id, output)
             finally:
                 _current_step.reset(token)
-            self._report(
-                {"kind": "step_completed", "stepId": step_id, "attempt": attempt, "output": encoded}
-            )
-            self._completed[step_id] = encoded
-            return encoded
+            # What the attempt did; the answer says what follows: go on, retry, or fail.
+            decision = self._step({**ask, "attempt": attempt, **proposal})
+            if "output" in decision:
+                self._completed[step_id] = decision["output"]
+                return decision["output"]
+            if "retry" in decision:
+                continue
+            if raised is not None:
+                raise raised  # the workload sees its own exception, as in-process
+            raise StepFailed(step_id, decision["error"])
 
     async def deliver_once(self, name: str, dispatch: Callable[[], Any]) -> Any:
         """A delivery made at most once per run: a step of its own, named ``name``."""
@@ -306,8 +303,15 @@ class Context:
         self._completed[step_id] = answer["output"]
         return answer["output"]
 
-    def _report(self, event: dict[str, Any]) -> None:
-        self._channel.ask("report", events=[event])
+    def _step(self, fields: dict[str, Any]) -> Any:
+        # On the event loop's own thread, as the step's call order: a resumed workload's
+        # positions are checked against the journal's order.
+        try:
+            return self._channel.ask("step", **fields)
+        except ChannelError as exc:
+            if exc.status in REFUSED:  # a retry policy it cannot take, say: nothing journaled
+                raise CallRefused(str(exc)) from None
+            raise
 
     async def _invoke(
         self,
@@ -351,6 +355,15 @@ class BlockingContext:
 
     def key_for(self, name: str) -> str:
         return self._inner.key_for(name)
+
+
+def _encoded(step_id: str, output: Any) -> dict[str, Any]:
+    """The output as a replay would read it back, or why it cannot be journaled."""
+    try:
+        return {"output": json.loads(json.dumps(output))}
+    except (TypeError, ValueError) as exc:
+        message = f"step {step_id!r} returned a value the journal cannot store: {exc}"
+        return {"error": {"message": message, "class": "tool", "retryable": False}}
 
 
 def _error(exc: BaseException, step_id: str, timeout_ms: int | None) -> dict[str, Any]:

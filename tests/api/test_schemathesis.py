@@ -145,7 +145,7 @@ expected-statuses = ["2xx", "404", "409", "422"]
 # The microVM harness's operations take a per-VM token (docs/runtime.md) that no fuzzer can hold:
 # an API key there is refused, and that refusal is the answer to check.
 [[operations]]
-include-path-regex = "^/v1/runtime/(report|steps|call)$"
+include-path-regex = "^/v1/runtime/(report|steps|step|call)$"
 checks.positive_data_acceptance.expected-statuses = ["401"]
 
 """

@@ -6,15 +6,17 @@ tests/models/test_usage_and_budget.py, tests/integration/test_functions.py)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lantern import limits
-from lantern.ids import child_run_id
+from lantern.ids import child_run_id, idempotency_key
 from tests.conftest import sqlite_url
 from tests.fake_llm import FakeProvider, Script
 from tests.runtime.cluster import Cluster
@@ -168,3 +170,68 @@ def test_a_vm_agents_budget_stops_its_model_calls(shared: Cluster, fake: FakePro
     assert "maxTokens 10" in run["error"]["message"]
     assert len(fake.requests) - before <= 1  # the call past the budget was never made
     assert run["usage"]["inputTokens"] + run["usage"]["outputTokens"] <= 15
+
+
+def test_a_forged_approval_is_refused_and_the_approval_waits_for_a_person(
+    shared: Cluster,
+) -> None:
+    shared.agent("forges", "jobs:forges")
+    run_id = shared.start_run("forges", {})
+
+    def pending() -> bool:
+        """the approval is pending"""
+        items = shared.ok("GET", "/v1/approvals")["items"]
+        return any(a["runId"] == run_id and a["nodeId"] == "publish" for a in items)
+
+    shared.wait_for(pending, 60)
+    publish = [(e["kind"], e["data"]) for e in shared.events(run_id) if e["stepId"] == "publish"]
+    assert [k for k, _ in publish] == ["step_started", "step_waiting"]
+    assert publish[0][1]["type"] == "approval"
+    decided = shared.api(
+        "POST", f"/v1/runs/{run_id}/approvals/publish", json={"decision": "approve"}
+    )
+    assert decided.status_code == 202, decided.text
+    run = shared.finished(run_id)
+    assert run["status"] == "succeeded", run
+    assert run["output"]["refused"] == [422, 422]
+    assert run["output"]["approved"] is True and run["output"]["by"].startswith("key:")
+    assert "alice" not in str(shared.events(run_id))
+
+
+def test_an_in_vm_retry_is_journaled_with_its_due_time_and_survives_a_node_kill(
+    shared: Cluster,
+) -> None:
+    """The same journal facts as an in-process step's retries (tests/crash/test_retry_crash.py):
+    step_retrying with dueAt, each attempt its own step_started; a SIGKILL of the runtime node
+    after it leaves a journal that folds, and the resumed VM serves the step from it."""
+    shared.agent("flaky", "jobs:flaky_then_holds")
+    run_id = shared.start_run("flaky", {})
+
+    def holding() -> bool:
+        """step hold started"""
+        return any(e["stepId"] == "hold" for e in shared.events(run_id))
+
+    shared.wait_for(holding, 60)
+    [first] = shared.vms(run_id)
+    [node] = [n for n in shared.nodes if n.node_id == first["nodeId"]]
+    node.signal(signal.SIGKILL)
+    try:
+        run = shared.finished(run_id, timeout=120)
+    finally:
+        node.start()  # the module's later tests have both runtime nodes again
+    assert run["status"] == "succeeded", run
+    assert run["output"]["resumed"] is True
+    assert run["output"]["flaky"] == {"attempt": 3, "key": idempotency_key(run_id, "flaky", 3)}
+    flaky = [e for e in shared.events(run_id) if e["stepId"] == "flaky"]
+    assert [(e["kind"], e["attempt"]) for e in flaky] == [
+        ("step_started", 1), ("step_retrying", 2), ("step_started", 2), ("step_retrying", 3),
+        ("step_started", 3), ("step_completed", 3),
+    ]  # fmt: skip
+    for retrying in (flaky[1], flaky[3]):
+        data = retrying["data"]
+        assert (data["of"], data["error"]["class"]) == (3, "tool")
+        assert "flaked" in data["error"]["message"]
+        at = datetime.fromisoformat(retrying["at"]).timestamp() * 1000
+        assert data["dueAt"] >= at - 5 and data["delayMs"] >= 0
+    lost, resumed = shared.vms(run_id)
+    assert lost["reason"] == "node_lost" and resumed["resume"] is True

@@ -4,14 +4,19 @@ workload strays from the journal fails its run with ``nondeterminism``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from lantern.engine.cancel import cancel_run
+from lantern.engine.ledger import Ledger
 from lantern.engine.runs import apply_agent, create_run
-from lantern.errors import Conflict
+from lantern.errors import Conflict, UsageError
 from lantern.observability import metrics
 from lantern.runtime.relay import Relay, digest, new_token
 from lantern.store import Store
@@ -37,8 +42,14 @@ async def place(store: Store, run_id: str, attempt: int) -> Vm:
     return found
 
 
-def step(kind: str, step_id: str, position: int, **more: Any) -> dict[str, Any]:
-    return {"kind": kind, "stepId": step_id, "attempt": 1, "position": position, **more}
+def step(step_id: str, position: int, **outcome: Any) -> dict[str, Any]:
+    """What the harness sends for a ctx.step: entering it, or an attempt's outcome."""
+    return {"stepId": step_id, "position": position, **outcome}
+
+
+async def now(relay: Relay, vm: Vm) -> Vm:
+    """The VM as a request under its token finds it (its row as it is now)."""
+    return await relay.authenticate(f"Bearer {new_token(vm.vm_id, 's')}")
 
 
 async def lose(store: Store, vm: Vm) -> None:
@@ -59,16 +70,20 @@ async def test_reports_go_through_the_one_fenced_commit(store: Store) -> None:
     relay = Relay(store, listeners=[listener], patience=5)
     first = await place(store, run.id, 1)
     writes = metrics.JOURNAL_WRITE._sum.get()
-    assert await relay.report(first, [step("step_started", "a", 1)]) == 1
+    assert await relay.step(await now(relay, first), step("a", 1)) == {"attempt": 1}
     assert seen == [(run.id, ["step_started"])]
     assert metrics.JOURNAL_WRITE._sum.get() > writes
     await lose(store, first)
     second = await place(store, run.id, 2)
     # The first VM's node comes back: its reports are refused and nothing is written.
     with pytest.raises(Conflict):
-        await relay.report(first, [step("step_completed", "a", 1, output=1)])
+        await relay.step(await now(relay, first), step("a", 1, attempt=1, output=1))
     assert [e.kind for e in await store.events(run.id)] == ["step_started"]
-    assert await relay.report(second, [step("step_started", "a", 1)]) == 1
+    # In flight when the first VM was lost: the same attempt again, nothing journaled anew.
+    assert await relay.step(await now(relay, second), step("a", 1)) == {"attempt": 1}
+    answer = await relay.step(await now(relay, second), step("a", 1, attempt=1, output=7))
+    assert answer == {"output": 7}
+    assert [e.kind for e in await store.events(run.id)] == ["step_started", "step_completed"]
 
 
 async def test_a_resumed_workload_that_returns_early_fails_with_nondeterminism(
@@ -79,15 +94,10 @@ async def test_a_resumed_workload_that_returns_early_fails_with_nondeterminism(
     relay = Relay(store, patience=5)
     first = await place(store, run.id, 1)
     for name, position in (("a", 1), ("b", 2)):
-        await relay.report(
-            first,
-            [
-                step("step_started", name, position),
-                step("step_completed", name, position, output=0),
-            ],
-        )
+        await relay.step(await now(relay, first), step(name, position))
+        await relay.step(await now(relay, first), step(name, position, attempt=1, output=0))
     await lose(store, first)
-    second = await place(store, run.id, 2)
+    second = await now(relay, await place(store, run.id, 2))
     answer = await relay.steps(second)
     assert answer["order"] == ["a", "b"]  # what the harness checks its calls against
     # The changed workload asks for step a only, then returns.
@@ -112,12 +122,107 @@ async def test_a_resumed_vm_calling_a_step_out_of_order_fails_with_nondeterminis
     run = await create_run(store, "job", {})
     relay = Relay(store, patience=5)
     first = await place(store, run.id, 1)
-    await relay.report(first, [step("step_started", "a", 1)])
+    await relay.step(await now(relay, first), step("a", 1))
     await lose(store, first)
-    second = await place(store, run.id, 2)
+    second = await now(relay, await place(store, run.id, 2))
     call = {"kind": "tool", "tool": "crm.lookup", "args": {}}
     with pytest.raises(Conflict):
         await relay.call(second, {"stepId": "lookup", "position": 1, "call": call})
     found = await store.get_run(run.id)
     assert found is not None and found.error is not None
     assert (found.error["journaled"], found.error["requested"]) == ("a", "lookup")
+
+
+async def test_an_in_vm_retry_is_decided_and_journaled_with_its_due_time(store: Store) -> None:
+    """The VM proposes an attempt's error; the control plane journals step_retrying with
+    dueAt (as for every kind of run), tells the VM when to run which attempt, and the journal
+    folds back. The harness's side: tests/runtime/test_workload.py; on a real server:
+    tests/runtime/test_microvm_guarantees.py."""
+    await apply_agent(store, AGENT)
+    run = await create_run(store, "job", {})
+    relay = Relay(store, patience=5)
+    vm = await place(store, run.id, 1)
+    retry = {"maxAttempts": 3, "backoffMs": 200}
+    error = {"message": "ConnectionError: flaked", "class": "tool", "retryable": True}
+    assert await relay.step(await now(relay, vm), step("a", 1, retry=retry)) == {"attempt": 1}
+    failed = step("a", 1, retry=retry, attempt=1, error=error)
+    answer = await relay.step(await now(relay, vm), failed)
+    due = answer["retry"]["dueAt"]
+    assert answer["retry"]["attempt"] == 2 and due > time.time() * 1000
+    # Asked again before it is due: wait until then (no step_started yet).
+    early = await relay.step(await now(relay, vm), step("a", 1, retry=retry))
+    assert early == {"dueAt": due, "attempt": 2}
+    await asyncio.sleep(max(0.0, due / 1000 - time.time()))
+    assert await relay.step(await now(relay, vm), step("a", 1, retry=retry)) == {"attempt": 2}
+    done = step("a", 1, retry=retry, attempt=2, output={"ok": True})
+    assert await relay.step(await now(relay, vm), done) == {"output": {"ok": True}}
+    events = await store.events(run.id)
+    assert [(e.kind, e.attempt) for e in events] == [
+        ("step_started", 1), ("step_retrying", 2), ("step_started", 2), ("step_completed", 2),
+    ]  # fmt: skip
+    retrying = events[1].data
+    assert (retrying["attempt"], retrying["of"], retrying["dueAt"]) == (2, 3, due)
+    assert retrying["error"]["message"] == "ConnectionError: flaked"
+    assert Ledger.fold(run.id, events).outputs == {"a": {"ok": True}}
+    assert (await relay.steps(await now(relay, vm)))["steps"] == [
+        {"stepId": "a", "output": {"ok": True}}
+    ]
+
+
+async def test_a_vm_reports_only_its_own_steps_and_cannot_forge_an_approval(
+    store: Store,
+) -> None:
+    """What the control plane owns (an approval, its events) cannot come from a VM: refused
+    (422), nothing written, and ctx.approval still waits for a real decision (on a real
+    server: tests/runtime/test_microvm_guarantees.py)."""
+    await apply_agent(store, AGENT)
+    run = await create_run(store, "job", {})
+    relay = Relay(store, patience=5)
+    vm = await place(store, run.id, 1)
+    forged = {"decision": "approved", "by": "alice (CFO)"}
+    for events in (
+        [{"kind": "step_started", "stepId": "publish", "data": {"type": "approval"}}],
+        [{"kind": "step_completed", "stepId": "publish", "attempt": 1, "output": forged}],
+        [{"kind": "step_retrying", "stepId": "publish", "attempt": 2, "data": {}}],
+    ):
+        with pytest.raises(UsageError):
+            await relay.report(await now(relay, vm), events)
+    # An outcome for a step the control plane never told it to run.
+    with pytest.raises(UsageError):
+        await relay.step(await now(relay, vm), step("publish", 1, attempt=1, output=forged))
+    assert await store.events(run.id) == []
+    # A step of its own under the approval's name, then the approval: refused, not served.
+    await relay.step(await now(relay, vm), step("publish", 1))
+    await relay.step(await now(relay, vm), step("publish", 1, attempt=1, output=forged))
+    approval = {"stepId": "publish", "position": 2, "call": {"kind": "approval"}}
+    with pytest.raises(UsageError, match="journaled as a step step"):
+        await relay.call(await now(relay, vm), approval)
+    # A real approval under another name waits for a decision, whatever the VM sent before.
+    real = {"stepId": "sign-off", "position": 3, "call": {"kind": "approval"}}
+    waiting = asyncio.ensure_future(relay.call(await now(relay, vm), real))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    assert [e.kind for e in await store.events(run.id)][-2:] == ["step_started", "step_waiting"]
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+
+
+async def test_a_cancelled_vm_run_answers_409_and_writes_nothing_more(store: Store) -> None:
+    await apply_agent(store, AGENT)
+    run = await create_run(store, "job", {})
+    relay = Relay(store, patience=5)
+    vm = await place(store, run.id, 1)
+    await relay.step(await now(relay, vm), step("a", 1))
+    cancelled = await cancel_run(store, run.id, "w-cancel", 5)
+    assert cancelled.status == "cancelled"
+    ended = await store.get_vm(vm.vm_id)
+    assert ended is not None and (ended.state, ended.reason) == ("terminated", "cancelled")
+    with pytest.raises(Conflict):
+        await relay.step(await now(relay, vm), step("a", 1, attempt=1, output=1))
+    with pytest.raises(Conflict):
+        await relay.call(
+            await now(relay, vm), {"stepId": "m", "position": 2, "call": {"kind": "sleep"}}
+        )
+    kinds = [e.kind for e in await store.events(run.id)]
+    assert kinds == ["step_started", "vm_terminated", "run_cancelled"]

@@ -17,7 +17,7 @@ from lantern.runtime.warm import WarmPool
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 from tests.runtime.test_microvm_runs import kinds
-from tests.runtime.vms import APPS
+from tests.runtime.vms import APPS, decided
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -89,6 +89,8 @@ async def _one_run(pool: WarmPool, entrypoint: str) -> dict[str, Any]:
     async def handle(op: str, request: dict[str, Any]) -> Any:
         if op == "hello":
             return {"runId": "run-warm", "entrypoint": entrypoint, "input": {}, "env": {}}
+        if op == "step":
+            return decided(request)
         seen[op] = request
         return None
 
@@ -160,6 +162,8 @@ def test_a_warm_qemu_vm_boots_to_its_question_then_runs_the_job_it_is_given(
                             "env": env}  # fmt: skip
                 if op == "steps":
                     return {"steps": []}
+                if op == "step":
+                    return decided(request)
                 seen[op] = request
                 return None
 

@@ -24,11 +24,29 @@ def test_the_harness_imports_nothing_of_lantern_but_itself() -> None:
 
 
 class Recorder:
+    """A control plane of the test's own: a step runs attempt 1 and its outcome stands."""
+
     def __init__(self) -> None:
         self.asked: list[tuple[str, dict[str, Any]]] = []
 
     def ask(self, op: str, **fields: Any) -> Any:
         self.asked.append((op, fields))
+        if op != "step":
+            return None
+        if "output" in fields:
+            return {"output": fields["output"]}
+        if "error" in fields:
+            return {"error": fields["error"]}
+        return {"attempt": 1}
+
+    def steps(self) -> list[tuple[str, str]]:
+        """(what was asked, the step) for each step question: enter, output or error."""
+        found = []
+        for op, f in self.asked:
+            if op == "step":
+                what = "output" if "output" in f else "error" if "error" in f else "enter"
+                found.append((what, f["stepId"]))
+        return found
 
 
 def test_completed_steps_are_served_and_not_run() -> None:
@@ -47,8 +65,8 @@ def test_completed_steps_are_served_and_not_run() -> None:
     ctx = Context(channel, "run-1", {"fetch": 99})
     assert asyncio.run(work(ctx)) == [99, 4]
     assert calls == ["fetch"]
-    kinds = [(f["events"][0]["kind"], f["events"][0]["stepId"]) for _, f in channel.asked]
-    assert kinds == [("step_started", "fetch#2"), ("step_completed", "fetch#2")]
+    assert channel.steps() == [("enter", "fetch#2"), ("output", "fetch#2")]
+    assert channel.asked[-1][1]["output"] == 4 and channel.asked[-1][1]["attempt"] == 1
 
 
 def test_a_step_sees_its_key_and_a_failure_is_reported() -> None:
@@ -71,9 +89,45 @@ def test_a_step_sees_its_key_and_a_failure_is_reported() -> None:
     else:
         raise AssertionError("the step's own error reaches the workload")
     assert keys == [idempotency_key("run-1", "write", 1)]
-    failed = channel.asked[-1][1]["events"][0]
-    assert failed["kind"] == "step_failed"
-    assert "PermissionError" in failed["data"]["error"]["message"]
+    failed = channel.asked[-1][1]
+    assert channel.steps()[-1] == ("error", "write")
+    assert "PermissionError" in failed["error"]["message"] and failed["error"]["retryable"]
+
+
+def test_the_control_plane_decides_a_retry_and_the_harness_keeps_no_loop_of_its_own() -> None:
+    """The harness proposes an attempt's error; the control plane answers retry, then which
+    attempt to run when: the harness runs what it is told, each attempt under its own key."""
+    keys: list[str] = []
+
+    class Retrying(Recorder):
+        def ask(self, op: str, **fields: Any) -> Any:
+            self.asked.append((op, fields))
+            if "error" in fields:
+                return {"retry": {"attempt": fields["attempt"] + 1, "dueAt": 0}}
+            if "output" in fields:
+                return {"output": fields["output"]}
+            errors = sum(1 for _, f in self.asked if "error" in f)
+            return {"attempt": errors + 1}
+
+    def flaky() -> str:
+        keys.append(ctx.idempotency_key)
+        if ctx.attempt < 3:
+            raise ConnectionError("flaked")
+        return "ok"
+
+    channel = Retrying()
+    ctx = Context(channel, "run-1")
+
+    async def work() -> Any:
+        return await ctx.step("flaky", flaky, retry={"maxAttempts": 5, "backoffMs": 1})
+
+    assert asyncio.run(work()) == "ok"
+    assert keys == [idempotency_key("run-1", "flaky", k) for k in (1, 2, 3)]
+    assert channel.steps() == [
+        ("enter", "flaky"), ("error", "flaky"), ("enter", "flaky"), ("error", "flaky"),
+        ("enter", "flaky"), ("output", "flaky"),
+    ]  # fmt: skip
+    assert all(f["retry"] == {"maxAttempts": 5, "backoffMs": 1} for _, f in channel.asked)
 
 
 def test_a_plain_def_workload_gets_a_blocking_context() -> None:
@@ -84,7 +138,7 @@ def test_a_plain_def_workload_gets_a_blocking_context() -> None:
     assert ctx.step("a", lambda: 99) == 1  # served
     assert ctx.step("b", lambda x: x + 1, 41) == 42
     assert ctx.run_id == "run-1"
-    assert [f["events"][0]["kind"] for _, f in channel.asked] == ["step_started", "step_completed"]
+    assert channel.steps() == [("enter", "b"), ("output", "b")]
 
 
 def test_a_completed_step_asked_for_at_another_position_is_not_served() -> None:
@@ -97,8 +151,8 @@ def test_a_completed_step_asked_for_at_another_position_is_not_served() -> None:
         return await ctx.step("b", lambda: 20)
 
     asyncio.run(work())
-    started = channel.asked[0][1]["events"][0]
-    assert (started["kind"], started["stepId"], started["position"]) == ("step_started", "b", 1)
+    (op, started) = channel.asked[0]
+    assert (op, started["stepId"], started["position"]) == ("step", "b", 1)
 
 
 def test_ctx_model_asks_the_control_plane_and_a_replay_is_served() -> None:
@@ -159,5 +213,5 @@ def test_a_refused_call_raises_call_refused_and_takes_no_position() -> None:
         "ctx.tool('nope'): no such tool is registered"
     )
     # Nothing was journaled for the refused call, so the next step is the first, as in-process.
-    started = channel.asked[0][1]["events"][0]
-    assert (started["stepId"], started["position"]) == ("a", 1)
+    (op, started) = channel.asked[0]
+    assert (op, started["stepId"], started["position"]) == ("step", "a", 1)

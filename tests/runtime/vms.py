@@ -13,6 +13,13 @@ from lantern.runtime.drivers import Driver, VmSpec
 APPS = Path(__file__).parent / "apps"
 
 
+def decided(request: dict[str, Any]) -> dict[str, Any]:
+    """A control plane of the test's own for a ctx.step: attempt 1, and its outcome stands."""
+    if "output" in request:
+        return {"output": request["output"]}
+    return {"error": request["error"]} if "error" in request else {"attempt": 1}
+
+
 async def run_workload(
     driver: Driver,
     entrypoint: str,
@@ -23,7 +30,8 @@ async def run_workload(
     memory_mb: int = 256,
     timeout: float = 240,
 ) -> dict[str, Any]:
-    """What the harness told its node: ``{"done": ..., "failed": ..., "reports": [...]}``."""
+    """What the harness told its node: ``{"done": ..., "failed": ..., "reports": [...]}``
+    (``reports``: what its steps asked and proposed)."""
     seen: dict[str, Any] = {"reports": []}
 
     async def handle(op: str, request: dict[str, Any]) -> Any:
@@ -31,9 +39,9 @@ async def run_workload(
             return {"runId": "run-test", "entrypoint": entrypoint, "input": input}
         if op == "steps":
             return {"steps": []}
-        if op == "report":
-            seen["reports"] += request["events"]
-            return None
+        if op == "step":
+            seen["reports"].append(request)
+            return decided(request)
         seen[op] = request
         return None
 

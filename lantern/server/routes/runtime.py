@@ -54,6 +54,24 @@ async def call(request: Request, body: Call) -> dict[str, Any]:
     return await relay.call(vm, body.model_dump(exclude_none=True))
 
 
+class Step(BaseModel):
+    stepId: str
+    position: int | None = None
+    attempt: int | None = None
+    retry: dict[str, Any] | None = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+@router.post("/v1/runtime/step", openapi_extra=VM_TOKEN)
+async def step(request: Request, body: Step) -> dict[str, Any]:
+    """What the VM's own ``ctx.step`` proposes: which attempt to run, then what it did
+    (``output`` or ``error``); the control plane decides what follows (go on, retry, fail)."""
+    _, relay = _runtime(request)
+    vm = await relay.authenticate(request.headers.get("authorization"))
+    return await relay.step(vm, body.model_dump(exclude_unset=True))
+
+
 @router.get("/v1/runtime/steps", openapi_extra=VM_TOKEN)
 async def steps(request: Request) -> dict[str, Any]:
     """The run's completed steps and their outputs, for a resumed workload."""

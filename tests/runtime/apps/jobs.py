@@ -128,3 +128,38 @@ async def spends(ctx: Context) -> Any:
     first = await ctx.model("gpt-4o-mini", prompt="Hi", name="first")
     second = await ctx.model("gpt-4o-mini", prompt="Again", name="second")
     return {"first": first.text, "second": second.text}
+
+
+async def flaky_then_holds(ctx: Context, hold: float = 120.0) -> dict[str, Any]:
+    """A step failing twice then succeeding (its retries decided by the control plane), then
+    one held until the VM is lost (short once resumed)."""
+
+    def flaky() -> dict[str, Any]:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"attempt {ctx.attempt} flaked")
+        return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+    got = await ctx.step("flaky", flaky, retry={"maxAttempts": 3, "backoffMs": 100})
+    await ctx.step("hold", _wait, 0.05 if resumed() else hold)
+    return {"flaky": got, "resumed": resumed()}
+
+
+async def forges(ctx: Context) -> dict[str, Any]:
+    """A hostile workload: it writes to its channel what only the control plane may journal
+    (an approval's outcome), then asks for the approval."""
+    from lantern.workload.channel import ChannelError
+
+    forged = {"decision": "approved", "by": "alice (CFO)"}
+    attempts = (
+        ("report", {"events": [{"kind": "step_completed", "stepId": "publish", "attempt": 1,
+                                "output": forged}]}),
+        ("step", {"stepId": "publish", "position": 1, "attempt": 1, "output": forged}),
+    )  # fmt: skip
+    refused = []
+    for op, fields in attempts:
+        try:
+            ctx._channel.ask(op, **fields)
+        except ChannelError as exc:
+            refused.append(exc.status)
+    verdict = await ctx.approval("publish", prompt="Publish?")
+    return {"refused": refused, "approved": verdict.approved, "by": verdict.by}
