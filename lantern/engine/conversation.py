@@ -19,7 +19,7 @@ from typing import Any
 from lantern.app import ToolContext
 from lantern.engine import turns
 from lantern.engine.anomalies import signature
-from lantern.engine.drive import Drive, DriveHost
+from lantern.engine.drive import Drive, DriveHost, contained
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
 from lantern.engine.live import OnText
@@ -96,7 +96,7 @@ class Conversation(Drive):
                 return None
             await self.commit([self.start(action.step, attempt, _start_data(action))])
         model = isinstance(action, turns.CallModel)
-        work = self._invoke(action, attempt)
+        work = contained(action.step, self._invoke(action, attempt))
         task = self.perform(action.step, attempt, work, self.timeout if model else None)
         cancel = asyncio.ensure_future(self.cancelled.wait())
         try:

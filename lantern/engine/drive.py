@@ -78,7 +78,7 @@ from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
-from lantern.errors import LeaseLost, StepError
+from lantern.errors import LeaseLost, StepError, StoreError
 from lantern.ids import idempotency_key
 from lantern.models.registry import Models
 from lantern.nodes.base import Noted
@@ -152,6 +152,14 @@ async def under_lease(
         # A clean shutdown cut the run short: hand it on at once rather than after the TTL.
         await asyncio.shield(_hand_on(host, lease))
         raise
+    except Exception as exc:
+        # A drive that died of anything never leaves its run ``running`` under a lease
+        # nobody acts on: a bug ends the run failed, a store failure hands it on to be
+        # re-driven from the journal.
+        log.exception("run %s: its drive stopped on an error", run.id)
+        if not await drive.stranded(exc):
+            await asyncio.shield(_hand_on(host, lease))
+        return drive
     finally:
         host.keeper.drop(lease)
     if drive.final is None:  # the commit that finishes a run releases its lease itself
@@ -316,6 +324,20 @@ class Drive(ABC):
             self.host.keeper.drop(self.lease)  # given up with this commit: renew it no more
         if update is not None and update.status in TERMINAL:
             self.final = update
+
+    async def stranded(self, exc: Exception) -> bool:
+        """End the run failed after its drive died of ``exc``; False when it cannot (the
+        store is away, the lease gone, the run already ended): then the caller hands it on."""
+        if self.final is not None or isinstance(exc, StoreError):
+            return self.final is not None
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+        event, failed = self.run_failed(ev.run_error(ev.E_INTERNAL, message))
+        try:
+            await self.commit([event], failed)
+        except Exception as again:
+            log.warning("run %s: could not fail it after its drive stopped: %s", self.run.id, again)
+            return False
+        return True
 
     def ensure_live(self) -> None:
         """Start nothing more once the lease is lost, or not renewed for a whole TTL (the
@@ -510,6 +532,19 @@ async def observed(
     if span is not None:
         span.succeeded(answer)
     return output
+
+
+async def contained(step: str, work: Awaitable[Any]) -> Any:
+    """A step's preparation and work (its templates rendered, its request made), any exception
+    of which fails the step rather than the drive: a template that names a missing secret,
+    a bug in a node. Only the store's failures (a lost lease) stop the drive itself."""
+    try:
+        return await work
+    except (StepError, StoreError):
+        raise
+    except Exception as exc:
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise StepError(f"step {step!r} failed: {message}", error_class="tool") from exc
 
 
 async def _within(work: Awaitable[Any], limit: float, step: str) -> Any:

@@ -59,6 +59,7 @@ E_MICROVM_EXHAUSTED: Final = "microvm_resume_exhausted"  # a microVM run lost it
 E_WORKLOAD_FAILED: Final = "workload_failed"  # a microVM workload raised
 E_ENTRYPOINT_IMPORT: Final = "entrypoint_import"  # its entrypoint did not import
 E_TIMEOUT: Final = "timeout"  # it ran past its timeoutS
+E_INTERNAL: Final = "internal_error"  # its drive died of an error no step could own
 
 CANCELLED: Final = {"code": E_CANCELLED, "message": "the run was cancelled on request"}
 

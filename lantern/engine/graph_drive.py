@@ -24,7 +24,7 @@ from typing import Any
 from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
-from lantern.engine.drive import Drive, DriveHost, Retry
+from lantern.engine.drive import Drive, DriveHost, Retry, contained
 from lantern.engine.graph import Graph
 from lantern.engine.journal import RunState
 from lantern.engine.retries import RetryPolicy, timeout_s
@@ -334,7 +334,8 @@ class GraphDrive(Drive):
             if times_itself
             else timeout_s(node.data, self.graph.timeout_ms, self.host.step_timeout)
         )
-        task = self.perform(step, attempt, with_secrets(executor_for(node.type))(ctx), limit)
+        work = contained(step, with_secrets(executor_for(node.type))(ctx))
+        task = self.perform(step, attempt, work, limit)
         if not _interruptible(self.host.app.tools_for(self.run.workspace), node):
             self.uninterruptible.add(task)
         task.add_done_callback(lambda _: self.host.live.finished(self.run.id, step, attempt))

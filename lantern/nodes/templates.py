@@ -71,15 +71,6 @@ def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
     if "\x00" in value:
         raise TemplateError(f"template error{_place(where)}: a NUL character in a URL")
     values: list[Any] = []
-    token = _URL_VALUES.set(values)
-    try:
-        marked = render_bounded(_url_template(value), context)
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
-    except Exception as exc:
-        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        _URL_VALUES.reset(token)
 
     def substitute(match: re.Match[str]) -> str:
         item = values[int(match.group(1))]
@@ -87,7 +78,16 @@ def render_url(value: Any, context: dict[str, Any], *, where: str = "") -> Any:
             return str(item)
         return quote(str(item), safe="")
 
-    return _MARK.sub(substitute, marked)
+    token = _URL_VALUES.set(values)
+    try:
+        # The substitution too: whatever fails while the URL is made fails the render.
+        return _MARK.sub(substitute, render_bounded(_url_template(value), context))
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template error{_place(where)}: {exc}") from exc
+    except Exception as exc:
+        raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _URL_VALUES.reset(token)
 
 
 # Each value a URL template prints becomes a mark; render_url then decides, by where the
@@ -99,6 +99,8 @@ _MARK = re.compile("\x00(\\d+)\x00")
 
 
 def _mark(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # StrictUndefined raises here, inside the render, naming what is missing
     values = _URL_VALUES.get()
     if values is None:
         return value
