@@ -17,35 +17,56 @@ Warm VMs (``--warm``, default the driver's: 1 for qemu): with a pool, each run s
 node has a warm VM ready (a node between placements, not one taking a burst), and its
 "VM start" is the take of that VM. ``--warm 0`` measures cold boots.
 
+**Per VM call** (``--calls N``, default 50; 0 skips it): database round trips and wall time the
+control plane spends per ``ctx.step`` and per ``ctx.model`` of a VM, on SQLite and PostgreSQL
+(the relay driven in this process as a runtime node drives it, each request authenticated
+under the VM's token, on a real store whose calls are counted: each is at least one round trip;
+a ``ctx.step`` is two requests, which attempt to run and what it did; a ``ctx.model`` one, to
+``offline/echo``). ``--drivers none`` prints
+only these.
+
 Targets (issue 16): sandbox start under 50 ms, gvisor under 1.5 s, qemu under 3 s with
 software emulation; resume after node loss within LANTERN_NODE_TTL + 2 s. The machine's load
 shows in every figure alike; compare drivers as ratios within one run.
 
-    .venv/bin/python bench/vms.py [--drivers sandbox,gvisor,qemu] [--runs 20] [--burst 16]
-                                  [--warm N]
+    .venv/bin/python bench/vms.py [--drivers sandbox,gvisor,qemu|none] [--runs 20] [--burst 16]
+                                  [--warm N] [--calls 50]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import re
+import secrets
 import signal
 import sys
 import tempfile
 import time
-from datetime import datetime
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psycopg  # noqa: E402
+
 from lantern.durations import parse_duration  # noqa: E402
+from lantern.engine.runs import apply_agent, create_run  # noqa: E402
 from lantern.runtime.drivers import DRIVERS, probe, use_image  # noqa: E402
 from lantern.runtime.image import build  # noqa: E402
+from lantern.runtime.relay import Relay, digest, new_token  # noqa: E402
+from lantern.store import Store, open_store  # noqa: E402
+from lantern.store.runtime import SCHEDULER, Vm  # noqa: E402
 from tests.runtime.cluster import FAST, Cluster  # noqa: E402
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def at(event: dict[str, Any]) -> float:
@@ -147,7 +168,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--burst", type=int, default=16)
     parser.add_argument("--warm", type=int, default=None, help="warm VMs per node")
+    parser.add_argument("--calls", type=int, default=50, help="VM calls measured per kind")
     args = parser.parse_args()
+    print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    if args.calls:
+        asyncio.run(per_call(args.calls))
+    if args.drivers == "none":
+        return
     image = Path(tempfile.mkdtemp(prefix="lantern-bench-image-")) / "runtime"
     build(image)
     use_image(image)
@@ -155,9 +182,7 @@ def main() -> None:
         d.name for d in DRIVERS.values() if asyncio.run(probe(d)).works
     ]
     ttl = parse_duration(FAST["LANTERN_NODE_TTL"])
-    print(
-        f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; LANTERN_NODE_TTL {ttl:g} s"
-    )
+    print(f"LANTERN_NODE_TTL {ttl:g} s")
     header = ("driver", "-> first step p50/p99", "VM start p50/p99", "at once @128MB", "node loss")
     print(f"{header[0]:8} {header[1]:>22} {header[2]:>18} {header[3]:>15} {header[4]:>10}")
     for name in names:
@@ -166,6 +191,125 @@ def main() -> None:
         start = f"{ms(r['to_start'], 0.5)}/{ms(r['to_start'], 0.99)} ms"
         held = f"{r['burst']}/{args.burst}"
         print(f"{name:8} {step:>22} {start:>18} {held:>15} {r['loss']:>8.2f} s")
+
+
+async def per_call(calls: int) -> None:
+    """Round trips and wall time per VM call, on each backend that answers."""
+    print(f"{'per VM call':24} {'round trips':>11} {'wall':>9}  store calls")
+    with tempfile.TemporaryDirectory(prefix="lantern-bench-calls-") as tmp:
+        rows = [("sqlite", await measure(f"sqlite:///{tmp}/calls.db", calls))]
+    url = os.environ.get("LANTERN_BENCH_PG_URL", DEFAULT_PG_URL)
+    schema = f"bench_{secrets.token_hex(4)}"
+    try:
+        admin = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        print(f"postgres: skipped, it did not answer: {' '.join(str(exc).split())}")
+    else:
+        try:
+            await admin.execute(f"CREATE SCHEMA {schema}")
+            scoped = url + ("&" if "?" in url else "?") + f"options=-csearch_path%3D{schema}"
+            rows.append(("postgres", await measure(scoped, calls)))
+        finally:
+            await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await admin.close()
+    for backend, costs in rows:
+        for kind, cost in costs.items():
+            by = ", ".join(f"{k} {v:g}" for k, v in cost.by_method.items())
+            name = f"{backend} {kind}"
+            print(f"{name:24} {cost.round_trips:>11.2f} {cost.ms:>6.2f} ms  {by}")
+
+
+AGENT = {"name": "bench-vm", "runtime": {"tier": "microvm", "entrypoint": "bench_jobs:one"}}
+
+
+class Counting:
+    """A store that counts the calls made to it, by method."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(found):
+            return found
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return await found(*args, **kwargs)
+
+        return counted
+
+
+@dataclass
+class Cost:
+    round_trips: float  # store calls per VM call
+    ms: float  # wall time per VM call
+    by_method: dict[str, float]
+
+
+async def measure(url: str, calls: int) -> dict[str, Cost]:
+    """Per ``ctx.step`` and per ``ctx.model`` of a VM whose run is on the store at ``url``."""
+    store = open_store(url)
+    await store.open()
+    try:
+        counted = Counting(store)
+        relay = Relay(cast(Store, counted), patience=5)
+        token = await _placed(store)
+        vm = await relay.authenticate(f"Bearer {token}")
+        await relay.steps(vm)  # the VM's first question: its drive is folded once, here
+        position = 0
+
+        async def step() -> None:
+            nonlocal position
+            position += 1
+            body = {"stepId": f"s{position}", "position": position}
+            vm = await relay.authenticate(f"Bearer {token}")
+            answer = await relay.step(vm, body)
+            vm = await relay.authenticate(f"Bearer {token}")
+            await relay.step(vm, {**body, "attempt": answer["attempt"], "output": position})
+
+        async def model() -> None:
+            nonlocal position
+            position += 1
+            call = {"kind": "model", "model": "offline/echo", "prompt": "hi"}
+            vm = await relay.authenticate(f"Bearer {token}")
+            await relay.call(vm, {"stepId": f"m{position}", "position": position, "call": call})
+
+        return {
+            "ctx.step": await _cost(counted, step, calls),
+            "ctx.model": await _cost(counted, model, calls),
+        }
+    finally:
+        await store.close()
+
+
+async def _cost(counted: Counting, once: Callable[[], Awaitable[None]], calls: int) -> Cost:
+    await once()  # warm: the first of a kind may read what later ones keep
+    counted.calls.clear()
+    started = time.perf_counter()
+    for _ in range(calls):
+        await once()
+    took = time.perf_counter() - started
+    total = sum(counted.calls.values())
+    by = {k: v / calls for k, v in sorted(counted.calls.items())}
+    return Cost(total / calls, took / calls * 1000, by)
+
+
+async def _placed(store: Store) -> str:
+    """A run of a microVM agent with a live VM taken by its runtime node; the VM's token."""
+    await apply_agent(store, AGENT)
+    run = await create_run(store, "bench-vm", {})
+    leader = await store.acquire_named_lease(SCHEDULER, "bench", 600)
+    assert leader is not None
+    vm_id = f"vm_bench{secrets.token_hex(4)}"
+    row = Vm(vm_id, run.id, "bench-node", "sandbox", 1, "scheduled", 128, datetime.now(UTC))
+    assert await store.place_vm(leader, row)
+    lease = await store.acquire_lease(run.id, "bench-node", 600)
+    assert lease is not None
+    token = new_token(vm_id, secrets.token_urlsafe(16))
+    assert await store.take_vm(vm_id, "bench-node", digest(token), lease.epoch)
+    return token
 
 
 def ms(values: list[float], q: float) -> str:
