@@ -92,3 +92,31 @@ async def streamed(ctx: lantern.Context, text: str) -> str:
     retry = {"maxAttempts": 2, "backoffMs": 50, "retryableClasses": ["llm"]}
     reply = await ctx.model("gpt-4o-mini", prompt=text, name="draft", retry=retry)
     return reply.text
+
+
+# -- the parity test's retried step (tests/crash/test_drive_parity.py) ------------------------
+
+
+@app.tool("flaky")
+async def flaky_tool(ctx: lantern.ToolContext) -> dict[str, Any]:
+    """Fails its first two attempts, then answers with its attempt's key."""
+    if ctx.attempt < 3:
+        raise ConnectionError(f"attempt {ctx.attempt} flaked")
+    return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+
+@app.tool("after")
+async def after_tool() -> dict[str, Any]:
+    return {"after": True}
+
+
+@app.agent("flaky-code")
+async def flaky_code(ctx: lantern.Context) -> Any:
+    def flaky() -> dict[str, Any]:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"attempt {ctx.attempt} flaked")
+        return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+    got = await ctx.step("flaky", flaky, retry={"maxAttempts": 3, "backoffMs": 100})
+    await ctx.step("after", lambda: {"after": True})
+    return got

@@ -1,16 +1,19 @@
 """One drive discipline under every kind of run: the same work as a graph agent, a plain agent
 and a code-first agent (a model turn, a tool that calls a peer over HTTP, a model turn) yields
 the same observability facts, across a SIGKILL and a restart, as a real OTLP receiver, the peer, the
-model provider and the replica's /metrics see them."""
+model provider and the replica's /metrics see them; and a step retried twice then a step in
+flight at a SIGKILL yield the same journal facts in a graph, a code-first and a microVM run."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lantern.demo.receiver import Receiver
@@ -24,6 +27,8 @@ from tests.crash.test_sigkill import wait_for_status
 from tests.fake_llm import Script
 from tests.fake_llm import running as provider
 from tests.otlp import OtlpReceiver, ReceivedSpan, running
+from tests.runtime.cluster import Cluster
+from tests.runtime.conftest import working
 from tests.server import free_port
 
 MODEL = "gpt-4o-mini"
@@ -243,3 +248,123 @@ async def test_a_graph_a_plain_and_a_code_agent_yield_the_same_observability_fac
     assert graph["tokens"] > 0 and graph["cost > 0"] and graph["journal writes"]
     assert graph["last span usage"]["gen_ai.request.model"] == MODEL
     assert graph["recoveries"] == 1 and graph["model steps timed"] == 1
+
+
+# -- the same journal facts: graph, code-first and microVM runs -----------------------------
+
+FLAKY_GRAPH = {
+    "name": "flaky-graph",
+    "graph": {
+        "nodes": [
+            {"id": "start", "type": "trigger"},
+            {
+                "id": "flaky",
+                "type": "tool",
+                "data": {"tool": "flaky", "retry": {"maxAttempts": 3, "backoffMs": 100}},
+            },
+            {"id": "after", "type": "tool", "data": {"tool": "after"}},
+        ],
+        "edges": [{"source": "start", "target": "flaky"}, {"source": "flaky", "target": "after"}],
+    },
+}
+
+
+def journal_facts(run_id: str, events: list[Any]) -> dict[str, Any]:
+    """What the journal says of a step failing twice then succeeding and of a step in flight
+    at a SIGKILL, whatever kind of run: the steps' events in order, each retry's decision and
+    due time, the key the successful attempt ran under, and that nothing completed twice."""
+    steps = [e for e in events if e.step_id in ("flaky", "after")]
+    [output] = [
+        e.data["output"] for e in steps if e.kind == "step_completed" and e.step_id == "flaky"
+    ]
+
+    def due_at_delay(e: Any) -> bool:
+        at_ms = e.at.timestamp() * 1000
+        return bool(abs(e.data["dueAt"] - e.data["delayMs"] - at_ms) < 1000)
+
+    return {
+        "steps": [(e.kind, e.step_id, e.attempt) for e in steps],
+        "retries": [
+            (e.data["attempt"], e.data["of"], e.data["error"]["class"], due_at_delay(e))
+            for e in steps
+            if e.kind == "step_retrying"
+        ],
+        "output": {
+            "attempt": output["attempt"],
+            "key": output["key"] == idempotency_key(run_id, "flaky", 3),
+        },
+    }
+
+
+async def in_process_facts(store: Store, tmp_path: Path, agent: str, name: str) -> dict[str, Any]:
+    """The run, its server SIGKILLed after the retried step completed, finished by another."""
+    run = await create_run(store, agent, {}, app=code_app)
+    env = {
+        "LANTERN_LEASE_TTL": "5s",
+        "LANTERN_RECOVERY_INTERVAL": "500ms",
+        "LANTERN_TEST_CRASH_RUN": run.id,
+    }
+    app = "tests.crash.code_app:app"
+    doomed = Serve(
+        store.url, tmp_path / f"{name}-a.log", app, LANTERN_TEST_CRASH_AFTER="step_completed:flaky",
+        LANTERN_WORKER_ID=f"{name}-a", **env,
+    )  # fmt: skip
+    code = await asyncio.to_thread(doomed.proc.wait, 60)
+    doomed.out.close()
+    assert code == -9, doomed.output()
+    second = Serve(store.url, tmp_path / f"{name}-b.log", app, LANTERN_WORKER_ID=f"{name}-b", **env)
+    try:
+        await wait_for_status(store, run.id, "succeeded", timeout=60)
+    finally:
+        assert second.stop() == 0, second.output()
+    events = await store.events(run.id, blobs=True)
+    assert [e.kind for e in events].count("run_recovered") == 1
+    return journal_facts(run.id, events)
+
+
+async def microvm_facts(store: Store, tmp_path: Path) -> dict[str, Any]:
+    """The run in a sandbox VM, its runtime node SIGKILLed while the second step runs; the
+    run resumed in a VM on the other node."""
+    working("sandbox")
+    # Its key is made with asyncio.run, off this test's loop.
+    cluster = await asyncio.to_thread(lambda: Cluster(store.url, tmp_path).serve())
+    try:
+        nodes = {n: cluster.node(n) for n in ("p1", "p2")}
+        cluster.agent("flaky-vm", "jobs:flaky_parity")
+        run_id = cluster.start_run("flaky-vm", {})
+
+        def after_started() -> bool:
+            """step after started"""
+            return any(e["stepId"] == "after" for e in cluster.events(run_id))
+
+        await asyncio.to_thread(cluster.wait_for, after_started, 60)
+        [first] = cluster.vms(run_id)
+        nodes[first["nodeId"]].signal(signal.SIGKILL)
+        run = await asyncio.to_thread(cluster.finished, run_id, 90)
+        assert run["status"] == "succeeded", run
+        assert [vm["reason"] for vm in cluster.vms(run_id)] == ["node_lost", "exited"]
+    finally:
+        cluster.close()
+    return journal_facts(run_id, await store.events(run_id, blobs=True))
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the drives, not the SQL
+async def test_graph_code_first_and_microvm_runs_journal_the_same_step_facts(
+    store: Store, tmp_path: Path
+) -> None:
+    """Kinds, retries with dueAt, keys, replays after a SIGKILL of the process that drives the
+    run (the server for in-process runs, the runtime node for a VM). A plain agent has no step
+    of the user's own to retry: its model turns' retries are the ledger's as the others'."""
+    await apply_agent(store, FLAKY_GRAPH)
+    graph = await in_process_facts(store, tmp_path, "flaky-graph", "graph")
+    code = await in_process_facts(store, tmp_path, "flaky-code", "code")
+    vm = await microvm_facts(store, tmp_path)
+    assert graph == code == vm
+    assert graph["steps"] == [
+        ("step_started", "flaky", 1), ("step_retrying", "flaky", 2),
+        ("step_started", "flaky", 2), ("step_retrying", "flaky", 3),
+        ("step_started", "flaky", 3), ("step_completed", "flaky", 3),
+        ("step_started", "after", 1), ("step_completed", "after", 1),
+    ]  # fmt: skip
+    assert graph["retries"] == [(2, 3, "tool", True), (3, 3, "tool", True)]
+    assert graph["output"] == {"attempt": 3, "key": True}

@@ -163,3 +163,17 @@ async def forges(ctx: Context) -> dict[str, Any]:
             refused.append(exc.status)
     verdict = await ctx.approval("publish", prompt="Publish?")
     return {"refused": refused, "approved": verdict.approved, "by": verdict.by}
+
+
+async def flaky_parity(ctx: Context) -> Any:
+    """tests/crash/test_drive_parity.py's work in a VM: a step failing twice then succeeding,
+    then one in flight when the runtime node is killed (short once resumed)."""
+
+    def flaky() -> dict[str, Any]:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"attempt {ctx.attempt} flaked")
+        return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+    got = await ctx.step("flaky", flaky, retry={"maxAttempts": 3, "backoffMs": 100})
+    await ctx.step("after", _wait, 0.05 if resumed() else 120)
+    return got
