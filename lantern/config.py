@@ -203,6 +203,14 @@ def max_queued_runs(env: Mapping[str, str] | None = None) -> int:
     return _integer(os.environ if env is None else env, "LANTERN_MAX_QUEUED_RUNS", MAX_QUEUED_RUNS)
 
 
+def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
+    """LANTERN_MAX_OUTPUT_BYTES: the largest step output the journal takes (default 10 MiB)."""
+    from lantern.limits import MAX_OUTPUT_BYTES
+
+    e = os.environ if env is None else env
+    return _integer(e, "LANTERN_MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES)
+
+
 def egress_allow(env: Mapping[str, str] | None = None) -> str | None:
     """LANTERN_EGRESS_ALLOW (docs/security.md), or None: tenant URLs reach public addresses only."""
     e = os.environ if env is None else env

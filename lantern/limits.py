@@ -23,6 +23,8 @@ MAX_SUBAGENT_DEPTH = 10
 MAX_QUEUED_RUNS = 1000
 # An HTTP connector's answer, read as a stream and refused once past this (decompressed).
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+# A step's output, as an HTTP answer is (settable: LANTERN_MAX_OUTPUT_BYTES).
+MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 
 
 class TooDeep(ValueError):
@@ -49,6 +51,35 @@ def depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def size_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` as JSON would pass ``limit`` bytes, measured without encoding it:
+    strings by their length (a lower bound of their UTF-8 form), anything else by a few bytes,
+    stopping as soon as the sum passes, so a huge value costs little to refuse."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 3
+        elif isinstance(item, dict):
+            total += 2 + len(item)
+            for key, child in item.items():
+                stack.append(key if isinstance(key, str) else str(key))
+                stack.append(child)
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 4
+        if total > limit:
+            return True
+    return False
+
+
+def too_large_problem(limit: int) -> str:
+    return f"it is larger than the limit of {limit} bytes (LANTERN_MAX_OUTPUT_BYTES)"
 
 
 def too_deep_problem(limit: int = MAX_JSON_DEPTH) -> str:

@@ -56,7 +56,6 @@ the process it runs in, so no drive imports the runner (import-linter checks it)
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -66,7 +65,6 @@ from typing import Any, Protocol
 
 import httpx
 
-from lantern import limits
 from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import commits
@@ -76,6 +74,7 @@ from lantern.engine.cancel import finish_if_free
 from lantern.engine.commits import WriteHealth
 from lantern.engine.journal import EventWriter, RunState, fold, recovery
 from lantern.engine.leases import LeaseKeeper
+from lantern.engine.ledger import storable
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError, StoreError
@@ -84,7 +83,6 @@ from lantern.models.registry import Models
 from lantern.nodes.base import Noted
 from lantern.observability import metrics, tracing
 from lantern.store.base import Store
-from lantern.store.codec import dumps, text_problem
 from lantern.store.records import TERMINAL, Append, Lease, NewEvent, Run, RunUpdate
 
 
@@ -384,22 +382,19 @@ class Drive(ABC):
         """``step_completed`` with the step's output, which later steps then see exactly as a
         replay reads it back; a StepError when the journal cannot store it (canonical JSON,
         the hash chain, refuses what JSON cannot carry exactly, such as integers past 2^53)."""
+        found = storable(step, value)  # the one output check (size, depth, JSON)
+        if isinstance(found, StepError):
+            return found
+        output, body = found
         try:
-            # Deeper values would recurse through every later dump, copy and render.
-            deep = limits.depth_exceeds(value)
-            body = "" if deep else dumps(value)
-            problem = limits.too_deep_problem() if deep else text_problem(body)
-            if problem is None:
-                output = json.loads(body)
-                event = self.writer.completed(step, attempt, output, body, usage=usage(output))
-                self.outputs[step] = output
-                return event
-        except (TypeError, ValueError) as err:
-            problem = f"it is not JSON: {err}"
-        return StepError(
-            f"step {step!r} returned a value the journal cannot store: {problem}",
-            error_class="tool",
-        )
+            event = self.writer.completed(step, attempt, output, body, usage=usage(output))
+        except (TypeError, ValueError) as err:  # the hash chain's canonical JSON refused it
+            return StepError(
+                f"step {step!r} returned a value the journal cannot store: it is not JSON: {err}",
+                error_class="tool",
+            )
+        self.outputs[step] = output
+        return event
 
     def failure(
         self, step: str, attempt: int, error: StepError, policy: RetryPolicy

@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lantern import limits
+from lantern import config, limits
 from lantern.engine import determinism
 from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly
@@ -179,10 +179,16 @@ def storable(step: str, value: Any) -> tuple[Any, str] | StepError:
     the StepError saying why the journal cannot store it: canonical JSON refuses what JSON
     cannot carry exactly (such as integers past 2^53), and deeper values would recurse
     through every later dump, copy and render."""
+    limit = config.max_output_bytes()
     try:
+        # Measured before it is encoded: a huge output is refused at little cost.
+        if limits.size_exceeds(value, limit):
+            return _unstorable(step, limits.too_large_problem(limit))
         deep = limits.depth_exceeds(value)
         body = "" if deep else dumps(value)
         problem = limits.too_deep_problem() if deep else text_problem(body)
+        if problem is None and len(body) > limit:
+            problem = limits.too_large_problem(limit)
         if problem is None:
             return json.loads(body), body
     except (TypeError, ValueError) as err:
