@@ -57,10 +57,10 @@ chromium:
 
 # The microVM tier's drivers (docs/runtime.md): bubblewrap, gVisor's runsc, QEMU and the kernel
 # and busybox the qemu driver's image is built from. All from Debian; nothing downloaded at run time.
-RUNTIME_PACKAGES := bubblewrap runsc qemu-system-x86 linux-image-cloud-amd64 busybox-static lz4
+RUNTIME_PACKAGES := bubblewrap libseccomp2 runsc qemu-system-x86 linux-image-cloud-amd64 busybox-static lz4
 runtime-packages:
 	@command -v bwrap >/dev/null && command -v runsc >/dev/null && command -v qemu-system-x86_64 >/dev/null \
-		&& ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 && dpkg -s busybox-static >/dev/null 2>&1 && command -v lz4 >/dev/null \
+		&& ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 && dpkg -s busybox-static libseccomp2 >/dev/null 2>&1 && command -v lz4 >/dev/null \
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES) \
 		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(RUNTIME_PACKAGES))
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lantern.cli.common import console, run
 from lantern.observability.logs import FORMATS, LogFormat
+
+if TYPE_CHECKING:
+    from lantern.runtime.drivers import Check
 
 
 @click.group()
@@ -58,14 +61,29 @@ def check() -> None:
                 c.driver, "yes" if c.works else "no", c.isolation, c.why, f"{c.seconds:.2f}"
             )
         console().print(table)
-        best = [c.driver for c in found if c.works]
-        if best:
-            click.echo(f"auto: {best[0]}")
+        click.echo(auto_choice(found))
+        if any(c.works for c in found):
             return 0
         click.echo("error: no driver works on this host", err=True)
         return 1
 
     sys.exit(run(body))
+
+
+def auto_choice(found: list[Check]) -> str:
+    """What ``auto`` picks and why: qemu before gVisor before sandbox, the first that works."""
+    from lantern.runtime.drivers import DRIVERS
+
+    ranked = sorted(found, key=lambda c: -DRIVERS[c.driver].strength)
+    skipped: list[str] = []
+    for c in ranked:
+        if c.works:
+            why = "; ".join(skipped)
+            return f"auto: {c.driver}" + (
+                f" (stronger ones do not work here: {why})" if why else ""
+            )
+        skipped.append(f"{c.driver}: {c.why}")
+    return "auto: none (no driver works on this host)"
 
 
 @runtime.command("nodes")

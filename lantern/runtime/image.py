@@ -54,7 +54,13 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 done
 # -S: no site module. The guest's sys.path is PYTHONPATH (the driver's), and the host
 # installation's .pth hooks, which may import half the standard library, stay out of every boot.
-chroot /host /usr/bin/env -i $(cat /host/lantern.env) LANTERN_CHANNEL=$channel \\
+# The workload runs as nobody with no capability and no new privileges, as under every driver:
+# the VM's root could otherwise remount what it sees or load kernel modules. Its channel is
+# the one device it may open.
+[ -n "$channel" ] && chmod 666 "$channel"
+chroot /host /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups \\
+    --inh-caps=-all --bounding-set=-all --no-new-privs \\
+    /usr/bin/env -i $(cat /host/lantern.env) LANTERN_CHANNEL=$channel \\
     "$LANTERN_PYTHON" -S /lantern-boot.py
 echo "LANTERN_EXIT=$?"
 poweroff -f

@@ -13,7 +13,7 @@ from lantern.runtime.drivers.gvisor import GVisorDriver
 from lantern.runtime.drivers.qemu import QemuDriver
 from lantern.runtime.drivers.sandbox import SandboxDriver
 
-__all__ = ["DRIVERS", "Driver", "DriverUnavailable", "Vm", "VmSpec", "check", "pick"]
+__all__ = ["DRIVERS", "Check", "Driver", "DriverUnavailable", "Vm", "VmSpec", "check", "pick"]
 
 DRIVERS: dict[str, Driver] = {d.name: d for d in (QemuDriver(), GVisorDriver(), SandboxDriver())}
 NAMES = ("auto", *DRIVERS)
@@ -68,7 +68,24 @@ async def probe(driver: Driver, workdir: Path | None = None, within: float = 120
         return Check(
             driver.name, driver.isolation, False, f"the probe VM failed: {tail[0]}", seconds
         )
-    return Check(driver.name, driver.isolation, True, f"booted: {done['output']}", seconds)
+    output = done["output"]
+    privileged = privileges(output)
+    if privileged is not None:
+        return Check(driver.name, driver.isolation, False, privileged, seconds)
+    return Check(driver.name, driver.isolation, True, f"booted: {output['kernel']}", seconds)
+
+
+def privileges(ping: dict[str, Any]) -> str | None:
+    """Why a driver whose probe reported ``ping`` must not run workloads, or None: one that
+    cannot drop root's uid or capabilities on this host is refused, not used."""
+    uid, caps = ping.get("uid"), str(ping.get("capEff") or "0")
+    try:
+        capable = int(caps, 16) != 0
+    except ValueError:
+        capable = True
+    if uid == 0 or capable:
+        return f"refused: its workloads would run privileged (uid {uid}, CapEff {caps})"
+    return None
 
 
 async def check(workdir: Path | None = None) -> list[Check]:

@@ -5,7 +5,8 @@ directly: they are served by gVisor, here intercepted with ``ptrace`` (the Debia
 
 Each VM is an OCI bundle whose root is an empty read-only directory holding only the mount
 points of the read-only shares of :mod:`.base`; ``--network=none`` leaves it a loopback of its
-own. Memory is capped with ``RLIMIT_AS`` inside the sandbox.
+own. The workload runs as ``nobody`` with no capability and no new privileges. Memory is capped
+with ``RLIMIT_AS`` inside the sandbox.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from lantern.runtime.drivers.base import (
     shares,
     usr_links,
 )
+
+CAPABILITY_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
 
 
 class GVisorVm(ProcessVm):
@@ -110,7 +113,10 @@ class GVisorDriver(Driver):
             "ociVersion": "1.0.0",
             "process": {
                 "terminal": False,
-                "user": {"uid": 0, "gid": 0},
+                # nobody, with no capability: gVisor's root is not the host's, but a workload
+                # needs neither, and a Sentry bug is then one step further from anything.
+                "user": {"uid": 65534, "gid": 65534},
+                "capabilities": {k: [] for k in CAPABILITY_SETS},
                 "args": harness_argv(),
                 "env": [f"{k}={v}" for k, v in guest_env(spec, "stdio").items()],
                 "cwd": GUEST_APP,
