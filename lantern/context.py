@@ -7,7 +7,8 @@ know the Context without importing the App, which registers those integrations.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -117,3 +118,12 @@ class Context(abc.ABC):
     def key_for(self, name: str) -> str:
         """An idempotency key of its own for the delivery ``name`` of this step attempt."""
         return key_for(self.idempotency_key, name)
+
+    @contextlib.contextmanager
+    def live_text(self) -> Iterator[Callable[[str], None] | None]:
+        """Inside a step: where a model's text goes, piece by piece, as it is generated, to
+        whoever follows the run (``event: delta``); never journaled, and a retried attempt's
+        text replaces the failed one's, as for ``ctx.model``. ``None`` when nobody follows the
+        run here, so the caller need not stream. For what wraps another framework's model
+        (``lantern.integrations``); a Context that cannot stream yields ``None``."""
+        yield None

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,6 +90,15 @@ class EngineContext(Context):
     @property
     def idempotency_key(self) -> str:
         return _inside("idempotency_key").key
+
+    @contextlib.contextmanager
+    def live_text(self) -> Iterator[Callable[[str], None] | None]:
+        a, d = _inside("live_text"), self._d
+        live = d.host.live
+        try:
+            yield live.sink(d.run.id, a.step, a.attempt)
+        finally:
+            live.finished(d.run.id, a.step, a.attempt)
 
     async def step(
         self,

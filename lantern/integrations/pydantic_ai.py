@@ -16,6 +16,12 @@ first run too, so a replay sees exactly what the first run saw. A tool's ``Model
 the deferral signals ``CallDeferred`` / ``ApprovalRequired``) is journaled as data and raised
 again, so it stays Pydantic AI's control flow rather than a failed step.
 
+Every model request carries its step attempt's key as the ``Idempotency-Key`` header (the
+request's ``extra_headers``), as Lantern's own model calls do, so the request in flight at a
+crash is re-sent with the key it was first sent with. ``run_stream`` streams each request's
+text, as it is generated, to whoever follows the run (``ctx.live_text``) and journals the
+whole response as ``run`` does.
+
 Tool calls run one at a time, in the order the model gave them: step ids are positions in the
 run, so they must be claimed in the same order on every replay.
 """
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from lantern.context import Context
 from lantern.errors import StepError, UsageError
@@ -45,6 +51,10 @@ try:
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelResponse,
+        PartDeltaEvent,
+        PartStartEvent,
+        TextPart,
+        TextPartDelta,
         ToolReturn,
     )
     from pydantic_ai.models import Model, ModelRequestParameters
@@ -56,8 +66,8 @@ try:
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
-        "lantern.integrations.pydantic_ai needs Pydantic AI: "
-        "pip install 'lantern-durable[pydantic-ai]'"
+        "lantern.integrations.pydantic_ai needs Pydantic AI: pip install -e '.[pydantic-ai]'"
+        " in your clone of Lantern (or pip install pydantic-ai-slim)"
     ) from exc
 
 __all__ = ["DurableAgent", "durable"]
@@ -77,6 +87,7 @@ class _Steps:
     prefix: str
     model_retry: Mapping[str, Any] | None
     tool_retry: Mapping[str, Any] | None
+    stream: bool = False
 
     async def model_request(
         self,
@@ -86,8 +97,12 @@ class _Steps:
         parameters: ModelRequestParameters,
     ) -> ModelResponse:
         async def request() -> Any:
+            keyed = _with_key(model, settings, self.ctx.idempotency_key)
             try:
-                response = await model.request(messages, settings, parameters)
+                if self.stream:
+                    response = await _streamed(self.ctx, model, messages, keyed, parameters)
+                else:
+                    response = await model.request(messages, keyed, parameters)
             except ModelHTTPError as exc:
                 status = exc.status_code
                 transient = status in (408, 409, 429) or status >= 500
@@ -131,6 +146,39 @@ class _Steps:
         call.__qualname__ = step
         recorded = await self.ctx.step(step, call, retry=self.tool_retry)
         return _replayed(recorded)
+
+
+def _with_key(model: Model, settings: ModelSettings | None, key: str) -> ModelSettings:
+    """``settings`` with the step attempt's key as the request's ``Idempotency-Key`` header,
+    beside the headers the agent's and the model's own settings give."""
+    merged: dict[str, Any] = dict(settings or {})
+    headers = {
+        **((model.settings or {}).get("extra_headers") or {}),
+        **(merged.get("extra_headers") or {}),
+        "Idempotency-Key": key,
+    }
+    merged["extra_headers"] = headers
+    return cast(ModelSettings, merged)
+
+
+async def _streamed(
+    ctx: Context,
+    model: Model,
+    messages: list[ModelMessage],
+    settings: ModelSettings,
+    parameters: ModelRequestParameters,
+) -> ModelResponse:
+    """The response, its text sent to the run's followers as the provider streams it."""
+    with ctx.live_text() as sink:
+        if sink is None:  # nobody follows the run here: one whole answer costs less
+            return await model.request(messages, settings, parameters)
+        async with model.request_stream(messages, settings, parameters) as streamed:
+            async for event in streamed:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    sink(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    sink(event.delta.content_delta)
+            return streamed.get()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -182,8 +230,8 @@ class _StepModel(WrapperModel):
 
     def request_stream(self, *args: Any, **kwargs: Any) -> Any:
         raise UsageError(
-            "durable(agent) journals whole model responses: run the agent without an"
-            " event_stream_handler or run_stream"
+            "durable(agent) journals whole model responses: stream their text to the run's"
+            " followers with durable(agent).run_stream(ctx, prompt), not Agent.run_stream"
         )
 
 
@@ -247,6 +295,20 @@ class DurableAgent(Generic[OutputT]):
         """``agent.run(user_prompt, **kwargs)`` with each model request and each tool call a
         step of ``ctx``'s run (``<name>.model``, ``<name>.tool.<tool>``; repeats are numbered
         ``#2``, ``#3``, ... as for any step). The keyword arguments are ``Agent.run``'s."""
+        return await self._run(ctx, user_prompt, False, kwargs)
+
+    async def run_stream(
+        self, ctx: Context, user_prompt: Any = None, /, **kwargs: Any
+    ) -> AgentRunResult[OutputT]:
+        """``run``, with each model request's text streamed as the provider generates it to
+        whoever follows the run (``GET /v1/runs/{id}/stream``, ``event: delta``), as
+        ``ctx.model`` streams; the journal still holds each whole response, and a retried
+        request's text replaces the failed attempt's. Returns what ``run`` returns."""
+        return await self._run(ctx, user_prompt, True, kwargs)
+
+    async def _run(
+        self, ctx: Context, user_prompt: Any, stream: bool, kwargs: dict[str, Any]
+    ) -> AgentRunResult[OutputT]:
         if not isinstance(ctx, Context):
             raise UsageError(
                 "durable(agent).run(ctx, prompt): ctx is the lantern.Context of an async"
@@ -254,10 +316,11 @@ class DurableAgent(Generic[OutputT]):
             )
         if kwargs.get("event_stream_handler") is not None:
             raise UsageError(
-                "durable(agent).run: an event_stream_handler needs streamed responses; Lantern"
-                " journals whole ones"
+                "durable(agent).run: an event_stream_handler would see a replayed response as"
+                " one piece; use durable(agent).run_stream(ctx, prompt) to stream the text to"
+                " the run's followers"
             )
-        steps = _Steps(ctx, self.name, self.model_retry, self.tool_retry)
+        steps = _Steps(ctx, self.name, self.model_retry, self.tool_retry, stream)
         capabilities = [_Durable(steps), *(kwargs.pop("capabilities", None) or ())]
         # One call at a time, in the model's order: step ids are claimed by position.
         with Agent.parallel_tool_call_execution_mode("sequential"):

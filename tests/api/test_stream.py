@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lantern.ids import idempotency_key
 from lantern.sdk.models import Event
 from lantern.sdk.stream import LiveTexts, TextDelta, TextReset
 from tests.fake_llm import FakeProvider, Script
@@ -294,6 +295,60 @@ async def test_a_code_agents_model_step_streams_and_a_retry_replaces_its_text(
     assert not any("delta" in e["kind"] for e in stored)
     assert stored[-1]["kind"] == "run_succeeded"
     assert stored[-1]["data"]["output"] == "Hello there, Ada Lovelace."
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_pydantic_ai_agents_run_stream_streams_and_a_retry_replaces_its_text(
+    database_url: str, tmp_path: Path, fake: FakeProvider
+) -> None:
+    """durable(agent).run_stream with a real OpenAIChatModel streams each model request's text
+    as ctx.model does (the same test above, for a code-first ctx.model): deltas live before the
+    step's end, never journaled, a retried request's text replacing the broken attempt's, and
+    each attempt sent with its own key."""
+    app = "tests.crash.pydantic_app:app"
+    env = {**fake.env(), "PAI_LOG": str(tmp_path / "calls.jsonl")}
+    server = Server(database_url, tmp_path / "serve.log", env=env, app=app).start()
+    http = await client_for(server)
+    try:
+        created = await http.post(
+            "/v1/runs", json={"agentName": "clerk", "input": {"question": "Hi", "stream": True}}
+        )
+        created.raise_for_status()
+        run_id = str(created.json()["id"])
+        fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
+        fake.chunk_delay = 0.15
+        stream = frames(http, run_id)
+        got: list[Frame] = []
+        await until_waiting(stream, got)
+        await approve(http, run_id)
+        got += [f async for f in stream]
+        stored = await journal_of(http, run_id)
+    finally:
+        await http.aclose()
+        server.stop()
+    deltas = [f for f in got if f.event == "delta"]
+    assert {d.data["stepId"] for d in deltas} == {"clerk.model"}
+    assert "".join(d.data["text"] for d in deltas if d.data["attempt"] == 1) == "Hello there, "
+    second = [d for d in deltas if d.data["attempt"] == 2]
+    assert len(second) >= 2  # it came in pieces
+    assert "".join(d.data["text"] for d in second) == "Hello there, Ada Lovelace."
+    (reset,) = [f for f in got if f.event == "reset"]
+    assert reset.data == {"stepId": "clerk.model", "attempt": 2, "replaces": 1}
+    completed = next(
+        i
+        for i, f in enumerate(got)
+        if f.event == "journal"
+        and f.data["kind"] == "step_completed"
+        and f.data["stepId"] == "clerk.model"
+    )
+    assert got.index(second[-1]) < completed  # live, before the step's end was journaled
+    assert _texts(got) == {"clerk.model": "Hello there, Ada Lovelace."}
+    assert not any("delta" in e["kind"] for e in stored)
+    assert stored[-1]["data"]["output"] == {"answer": "Hello there, Ada Lovelace."}
+    assert [r.key for r in fake.calls()] == [
+        idempotency_key(run_id, "clerk.model", 1),
+        idempotency_key(run_id, "clerk.model", 2),
+    ]
 
 
 async def test_lantern_runs_follow_prints_events_and_live_text(slow_words: Server) -> None:

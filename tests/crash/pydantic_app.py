@@ -1,30 +1,22 @@
 """A Pydantic AI agent made durable, for the real-process tests: ``--app
 tests.crash.pydantic_app:app``.
 
-Its model is a ``FunctionModel`` and its one tool a plain function; each appends a line to
-``$PAI_LOG`` when it runs, so a test counts model requests and tool calls across processes.
-The second model request waits for the file ``$PAI_RELEASE`` to exist, so a test can SIGKILL
-the server between the two turns, with the first turn and the tool call completed.
+``clerk``: a real ``OpenAIChatModel`` sent to ``$OPENAI_BASE_URL`` (the fake provider of
+tests/fake_llm.py), whose tool takes ``RunContext`` deps and appends a line to ``$PAI_LOG``
+when it runs, so a test counts its calls across processes. With ``stream`` the agent waits
+for an approval first (so a follower is in place) and runs with ``run_stream``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
 import lantern
 from lantern.integrations.pydantic_ai import durable
@@ -35,37 +27,45 @@ def _log(**line: Any) -> None:
         out.write(json.dumps({**line, "pid": os.getpid()}) + "\n")
 
 
-async def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    turn = sum(isinstance(m, ModelResponse) for m in messages) + 1
-    _log(kind="model", turn=turn)
-    if turn == 1:
-        return ModelResponse(parts=[ToolCallPart("stock", {"item": "lamp"})])
-    release = Path(os.environ["PAI_RELEASE"])
-    # The release comes from the test's process (a file), which no asyncio.Event can carry;
-    # the test kills the server while this waits, or lets it go on.
-    while not release.exists():  # noqa: ASYNC110, ASYNC240
-        await asyncio.sleep(0.05)
-    answer = messages[-1].parts[0]
-    assert isinstance(answer, ToolReturnPart) and isinstance(answer.content, dict)
-    stocked: Mapping[str, object] = answer.content  # what stock returned
-    count = stocked["count"]
-    return ModelResponse(parts=[TextPart(f"{count} lamps in stock")])
-
-
-shop = Agent(FunctionModel(_model), name="shop")
-
-
-@shop.tool_plain
-def stock(item: str) -> dict[str, Any]:
-    """How many of an item are in stock."""
-    _log(kind="tool", item=item)
-    return {"item": item, "count": 7}
-
-
 app = lantern.App()
 
 
-@app.agent("shop")
-async def run_shop(ctx: lantern.Context, question: str) -> dict[str, Any]:
-    result = await durable(shop).run(ctx, question)
+@dataclass
+class Shelf:
+    """The clerk's deps: what is in stock."""
+
+    counts: dict[str, int]
+
+
+# The base URL is read when the module is imported: the server process gets it in its env.
+clerk = Agent(
+    OpenAIChatModel(
+        "gpt-4o-mini",
+        provider=OpenAIProvider(
+            base_url=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            api_key=os.environ.get("OPENAI_API_KEY", "sk-test"),
+        ),
+    ),
+    name="clerk",
+    deps_type=Shelf,
+    instructions="Answer from the stock tool.",
+)
+
+
+@clerk.tool
+async def count(ctx: RunContext[Shelf], item: str) -> dict[str, Any]:
+    """How many of an item are in stock."""
+    _log(kind="tool", item=item)
+    return {"item": item, "count": ctx.deps.counts.get(item, 0)}
+
+
+@app.agent("clerk")
+async def run_clerk(ctx: lantern.Context, question: str, stream: bool = False) -> dict[str, Any]:
+    shelf = Shelf({"lamp": 7})
+    if stream:
+        await ctx.approval("ok", prompt="Go?")
+        retry = {"maxAttempts": 2, "backoffMs": 50, "retryableClasses": ["llm"]}
+        streamed = await durable(clerk, model_retry=retry).run_stream(ctx, question, deps=shelf)
+        return {"answer": streamed.output}
+    result = await durable(clerk).run(ctx, question, deps=shelf)
     return {"answer": result.output}

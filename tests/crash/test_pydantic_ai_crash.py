@@ -1,6 +1,7 @@
 """A Pydantic AI agent made durable, under a real `lantern serve` SIGKILLed between its two
 model turns (the first turn and its tool call completed, the second request in flight) and
-restarted with the same worker id: the completed turn and tool call are not repeated."""
+restarted with the same worker id: the completed turn and tool call are not repeated, and the
+request in flight is sent again with the key it was first sent with."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import wait_until
+from lantern.ids import idempotency_key
+from tests.fake_llm import Script, running
 from tests.server import ALL_SCOPES, Server, make_key
 
 APP = "tests.crash.pydantic_app:app"
@@ -21,50 +23,55 @@ def lines(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_sigkill_between_two_turns_repeats_neither_the_turn_nor_the_tool(
+def test_a_real_openai_model_keeps_its_keys_across_a_sigkill(
     database_url: str, tmp_path: Path
 ) -> None:
-    log, release = tmp_path / "calls.jsonl", tmp_path / "release"
-    env = {"LANTERN_WORKER_ID": "pai-1", "PAI_LOG": str(log), "PAI_RELEASE": str(release)}
-    key = make_key(database_url, "default", ALL_SCOPES)
-    headers = {"Authorization": f"Bearer {key}"}
-    first = Server(database_url, tmp_path / "first.log", env=env, app=APP).start()
-    second: Server | None = None
-    try:
-        with httpx.Client(base_url=first.url, headers=headers, timeout=30) as api:
-            created = api.post(
-                "/v1/runs", json={"agentName": "shop", "input": {"question": "Lamps?"}}
-            )
-            assert created.status_code == 202, created.text
-            run_id = created.json()["id"]
-            # The second model request has begun: turn 1 and the tool call are journaled.
-            wait_until(lambda: [c["kind"] for c in lines(log)] == ["model", "tool", "model"], 30)
-        first.kill()
-        release.touch()
-        second = Server(database_url, tmp_path / "second.log", env=env, app=APP).start()
-        with httpx.Client(base_url=second.url, headers=headers, timeout=30) as api:
-            deadline = time.monotonic() + 30
-            run = api.get(f"/v1/runs/{run_id}", params={"wait": 10}).json()
-            while run["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
+    """A Pydantic AI Agent with a real OpenAIChatModel against the fake provider: every request
+    carries its step attempt's key; SIGKILLed while the second request is in flight, the
+    restarted server sends that request again with the same key, and the tool (which reads its
+    RunContext deps) ran once. The same guarantee for graph, plain and code-first runs:
+    tests/crash/test_llm_crash.py; for MCP tools: test_mcp_crash.py."""
+    log = tmp_path / "calls.jsonl"
+    script = Script([[("count", {"item": "lamp"})], "7 lamps in stock"])
+    with running(script=script) as fake:
+        fake.hold(after=1)  # the first turn is answered; the second stays in flight
+        env = {"LANTERN_WORKER_ID": "pai-2", "PAI_LOG": str(log), **fake.env()}
+        key = make_key(database_url, "default", ALL_SCOPES)
+        headers = {"Authorization": f"Bearer {key}"}
+        first = Server(database_url, tmp_path / "first.log", env=env, app=APP).start()
+        second: Server | None = None
+        try:
+            with httpx.Client(base_url=first.url, headers=headers, timeout=30) as api:
+                created = api.post(
+                    "/v1/runs", json={"agentName": "clerk", "input": {"question": "Lamps?"}}
+                )
+                assert created.status_code == 202, created.text
+                run_id = created.json()["id"]
+                assert fake.arrived.wait(30)  # the second request is at the provider
+            first.kill()
+            fake.release()
+            second = Server(database_url, tmp_path / "second.log", env=env, app=APP).start()
+            with httpx.Client(base_url=second.url, headers=headers, timeout=30) as api:
+                deadline = time.monotonic() + 30
                 run = api.get(f"/v1/runs/{run_id}", params={"wait": 10}).json()
-            events = api.get(f"/v1/runs/{run_id}/events").json()["items"]
-    finally:
-        for server in (first, second):
-            if server is not None and server.proc is not None and server.proc.poll() is None:
-                server.kill()
+                while run["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
+                    run = api.get(f"/v1/runs/{run_id}", params={"wait": 10}).json()
+                events = api.get(f"/v1/runs/{run_id}/events").json()["items"]
+        finally:
+            for server in (first, second):
+                if server is not None and server.proc is not None and server.proc.poll() is None:
+                    server.kill()
+        keys = fake.keys()
     assert run["status"] == "succeeded", run
     assert run["output"] == {"answer": "7 lamps in stock"}
-    calls = lines(log)
-    # Turn 1 and the tool ran once, in the first process; turn 2 was in flight and ran again.
-    assert [(c["kind"], c.get("turn")) for c in calls] == [
-        ("model", 1),
-        ("tool", None),
-        ("model", 2),
-        ("model", 2),
+    assert keys == [
+        idempotency_key(run_id, "clerk.model", 1),
+        idempotency_key(run_id, "clerk.model#2", 1),
+        idempotency_key(run_id, "clerk.model#2", 1),  # the one in flight, re-sent
     ]
-    assert calls[0]["pid"] == calls[1]["pid"] != calls[3]["pid"]
+    assert [c["kind"] for c in lines(log)] == ["tool"]  # once, in the first process
     completed = [e["stepId"] for e in events if e["kind"] == "step_completed"]
-    assert completed == ["shop.model", "shop.tool.stock", "shop.model#2"]
+    assert completed == ["clerk.model", "clerk.tool.count", "clerk.model#2"]
     assert [e["data"]["inFlight"] for e in events if e["kind"] == "run_recovered"] == [
-        ["shop.model#2"]
+        ["clerk.model#2"]
     ]
