@@ -141,7 +141,10 @@ async def latencies(args: argparse.Namespace) -> None:
                     continue
                 url, schema = made
             log = Path(tmp)
-            first = Server(url, log / "a.log", env={"LANTERN_WORKER_ID": "a"}).start(timeout=120)
+            # One key holds every follower: lift the per-key stream limit past them.
+            wide = {"LANTERN_STREAMS_PER_KEY": str(args.followers + 8)}
+            first = Server(url, log / "a.log", env={"LANTERN_WORKER_ID": "a", **wide})
+            first.start(timeout=120)
             second = None
             try:
                 key = await asyncio.to_thread(make_key, url, "bench", ALL_SCOPES)
@@ -153,9 +156,8 @@ async def latencies(args: argparse.Namespace) -> None:
                     # the run after the approval drives it, so each figure is labelled with
                     # where the followers were (b driving, or b hearing of a's commits only
                     # through LISTEN/NOTIFY).
-                    second = Server(url, log / "b.log", env={"LANTERN_WORKER_ID": "b"}).start(
-                        timeout=120
-                    )
+                    second = Server(url, log / "b.log", env={"LANTERN_WORKER_ID": "b", **wide})
+                    second.start(timeout=120)
                     for k in (1, args.followers):
                         samples, driver = await latency(first, second, key, k, args.steps)
                         where = "on the driving replica" if driver == "b" else "on another replica"

@@ -107,6 +107,7 @@ class Settings:
     metrics_public: bool = True  # LANTERN_METRICS: "public" (default) or "admin"
     rate_limit: float = 100.0  # LANTERN_RATE_LIMIT: requests per second per key (0: none)
     max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
+    streams_per_key: int = 32  # LANTERN_STREAMS_PER_KEY: open streams and long-polls of a key
     body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
     node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost
@@ -138,6 +139,7 @@ class Settings:
             metrics_public=_metrics_public(e),
             rate_limit=_rate(e),
             max_connections=_integer(e, "LANTERN_MAX_CONNECTIONS", 1000),
+            streams_per_key=_integer(e, "LANTERN_STREAMS_PER_KEY", 32),
             body_timeout=_duration(e, "LANTERN_BODY_TIMEOUT", "30s"),
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
             node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),

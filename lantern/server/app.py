@@ -30,7 +30,7 @@ from lantern.server import problems
 from lantern.server.deps import Services
 from lantern.server.limits import Guard
 from lantern.server.openapi import document
-from lantern.server.ratelimit import Limiter
+from lantern.server.ratelimit import Limiter, Streams
 from lantern.server.routes import (
     agents,
     health,
@@ -91,7 +91,14 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
         async with worker:
             api.state.services = Services(
-                store, worker, settings, issuer, vault, Limiter(settings.rate_limit), tools
+                store,
+                worker,
+                settings,
+                issuer,
+                vault,
+                Limiter(settings.rate_limit),
+                tools,
+                streams=Streams(settings.streams_per_key),
             )
             serving = asyncio.create_task(worker.serve(), name="lantern-dispatcher")
             scheduling = asyncio.create_task(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -14,7 +14,7 @@ from lantern.errors import Forbidden, NotFound
 from lantern.receipts.issue import Issuer
 from lantern.secrets.vault import Vault
 from lantern.server import auth
-from lantern.server.ratelimit import Limiter
+from lantern.server.ratelimit import Limiter, Streams
 from lantern.store.base import Store
 from lantern.store.records import ApiKey, Run
 
@@ -28,6 +28,8 @@ class Services:
     vault: Vault
     limiter: Limiter
     app: App | None = None  # the user's app (--app), when the server loaded one
+    # Open streams and long-polls per key (LANTERN_STREAMS_PER_KEY)
+    streams: Streams = field(default_factory=lambda: Streams(32))
 
     def knows_tool(self, workspace: str) -> Callable[[str], bool] | None:
         """Whether the loaded app registers a tool for ``workspace``, or None when no app

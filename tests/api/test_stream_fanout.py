@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +25,18 @@ def gated_chain(name: str, steps: int) -> dict[str, Any]:
     return definition
 
 
+@pytest.fixture
+def wide_server(database_url: str, tmp_path: Path) -> Iterator[Server]:
+    """A server whose keys may each hold every follower (LANTERN_STREAMS_PER_KEY)."""
+    env = {"LANTERN_STREAMS_PER_KEY": str(FOLLOWERS)}
+    server = Server(database_url, tmp_path / "serve.log", env=env).start()
+    yield server
+    server.stop()
+
+
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_two_hundred_followers_each_get_every_event(api_server: Server) -> None:
-    http = await client_for(api_server)
+async def test_two_hundred_followers_each_get_every_event(wide_server: Server) -> None:
+    http = await client_for(wide_server)
     try:
         run_id = await start(http, gated_chain("wide", 5), {})
         parked = [asyncio.Event() for _ in range(FOLLOWERS)]

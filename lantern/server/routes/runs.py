@@ -26,7 +26,8 @@ from lantern.server.schemas import (
     RunOut,
     RunPage,
 )
-from lantern.store.records import ApiKey
+from lantern.store.base import Store
+from lantern.store.records import ApiKey, Event, Run
 from lantern.views import delivery_json, event_json, run_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
@@ -103,19 +104,27 @@ async def get(
     key: Annotated[ApiKey, Depends(scope("runs:read"))],
     wait: Annotated[float, Query(ge=0, le=60)] = 0,
 ) -> dict[str, Any]:
-    store = services(request).store
+    s = services(request)
+    store = s.store
     run = await owned_run(store, run_id, key)
     if wait and not run.finished:
-        # Woken by the commit notifier (in-process, and LISTEN/NOTIFY between replicas), not
-        # by polling; a re-read every REREAD_S is the safety net for a lost notification.
-        deadline = time.monotonic() + wait
-        with store.notifier.subscribe(run_id) as sub:
-            heard = sub.seq
-            run = await owned_run(store, run_id, key)  # subscribed first: no commit missed
-            while not run.finished and (left := deadline - time.monotonic()) > 0:
-                heard = await sub.wait(heard, timeout=min(left, REREAD_S))
-                run = await owned_run(store, run_id, key)
+        with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
+            run = await _until_finished(store, run_id, key, wait)
     return {**run_json(run), "children": [c.id for c in await store.children(run_id)]}
+
+
+async def _until_finished(store: Store, run_id: str, key: ApiKey, wait: float) -> Run:
+    """The run once it finished, or as it is after ``wait`` seconds. Woken by the commit
+    notifier (in-process, and LISTEN/NOTIFY between replicas), not by polling; a re-read
+    every REREAD_S is the safety net for a lost notification."""
+    deadline = time.monotonic() + wait
+    with store.notifier.subscribe(run_id) as sub:
+        heard = sub.seq
+        run = await owned_run(store, run_id, key)  # subscribed first: no commit missed
+        while not run.finished and (left := deadline - time.monotonic()) > 0:
+            heard = await sub.wait(heard, timeout=min(left, REREAD_S))
+            run = await owned_run(store, run_id, key)
+    return run
 
 
 @router.get("/{run_id}/events", response_model=EventPage)
@@ -130,22 +139,31 @@ async def events(
     """A page of the journal; with ``wait``, an empty page waits up to that many seconds for
     the next commit (woken by the commit notifier) before it answers. A finished run's journal
     is complete, so its empty page answers at once."""
-    store = services(request).store
+    s = services(request)
+    store = s.store
     run = await owned_run(store, run_id, key)
     found = await store.events(run_id, after=after, limit=limit + 1)  # one more: is there a next?
     if wait and not found and not run.finished:
-        deadline = time.monotonic() + wait
-        with store.notifier.subscribe(run_id) as sub:
-            heard = max(sub.seq, after)
-            found = await store.events(run_id, after=after, limit=limit + 1)
-            while not found and (left := deadline - time.monotonic()) > 0:
-                heard = await sub.wait(heard, timeout=min(left, REREAD_S))
-                found = await store.events(run_id, after=after, limit=limit + 1)
+        with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
+            found = await _next_events(store, run_id, after, limit, wait)
     page = found[:limit]
     return {
         "items": [event_json(e) for e in page],
         "nextAfter": page[-1].seq if len(found) > limit else None,
     }
+
+
+async def _next_events(
+    store: Store, run_id: str, after: int, limit: int, wait: float
+) -> list[Event]:
+    deadline = time.monotonic() + wait
+    with store.notifier.subscribe(run_id) as sub:
+        heard = max(sub.seq, after)
+        found = await store.events(run_id, after=after, limit=limit + 1)
+        while not found and (left := deadline - time.monotonic()) > 0:
+            heard = await sub.wait(heard, timeout=min(left, REREAD_S))
+            found = await store.events(run_id, after=after, limit=limit + 1)
+    return found
 
 
 @router.get("/{run_id}/deliveries", response_model=DeliveryList)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -73,11 +73,23 @@ async def stream(
         count, _ = await s.store.journal_head(run_id)
         if seen >= count:
             return Response(status_code=204)
+    release = s.streams.take(key.id)  # given back when the stream ends, however it ends
     return EventSourceResponse(
-        frames(s.store, s.worker.live, run_id, seen),
+        _holding(frames(s.store, s.worker.live, run_id, seen), release),
         ping=PING_S,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def _holding(
+    source: AsyncIterator[ServerSentEvent], release: Callable[[], None]
+) -> AsyncIterator[ServerSentEvent]:
+    """``source``'s frames, the key's stream slot held until the stream ends or is dropped."""
+    try:
+        async for frame in source:
+            yield frame
+    finally:
+        release()
 
 
 async def frames(
