@@ -112,6 +112,11 @@ class Settings:
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
     node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost
     runtime_driver: str = "auto"  # LANTERN_RUNTIME_DRIVER: what `lantern node` isolates with
+    vm_log_bytes: int = 8 * 1024 * 1024  # LANTERN_VM_LOG_BYTES: a VM's console log, tail kept
+    # LANTERN_VM_WORKSPACE_SLOTS: live VMs one workspace holds while another waits (0: half the
+    # capacity of the runtime nodes that are up, at least 1)
+    vm_workspace_slots: int = 0
+    vm_max_timeout: float = 3600.0  # LANTERN_VM_MAX_TIMEOUT: the highest timeoutS accepted
     models: ModelSettings = field(default_factory=ModelSettings)  # routes, prices, budgets
     tool_threads: int = DEFAULT_TOOL_THREADS  # LANTERN_TOOL_THREADS: sync tools' thread pool
     trace_export: bool = False  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set: export spans
@@ -144,6 +149,9 @@ class Settings:
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
             node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),
             runtime_driver=e.get("LANTERN_RUNTIME_DRIVER") or "auto",
+            vm_log_bytes=max(4096, _integer(e, "LANTERN_VM_LOG_BYTES", 8 * 1024 * 1024)),
+            vm_workspace_slots=max(0, _integer(e, "LANTERN_VM_WORKSPACE_SLOTS", 0)),
+            vm_max_timeout=_duration(e, "LANTERN_VM_MAX_TIMEOUT", "1h"),
             models=ModelSettings.from_env(e),
             tool_threads=tool_threads(e),
             trace_export=trace_export(e),

@@ -165,8 +165,8 @@ def vms(run_id: str | None) -> None:
     "--app",
     "app_dir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=Path("."),
-    help="The app directory VMs import entrypoints from (read-only).",
+    required=True,
+    help="The app directory VMs import entrypoints from (read-only); never the node's data.",
 )
 @click.option("--node-id", default=None, help="Default: host name and process id.")
 @click.option(
@@ -207,6 +207,7 @@ def node(
     import signal
     import socket
 
+    from lantern.cli.appdir import shares_private
     from lantern.cli.common import fail, opened, settings
     from lantern.observability import logs
     from lantern.runtime.drivers import DriverUnavailable, pick, use_image
@@ -227,6 +228,9 @@ def node(
         fail("lantern node needs LANTERN_URL: the control plane it relays reports to", 2)
     name = driver or s.runtime_driver
     app_path = app_dir.resolve()
+    private = shares_private(app_dir, s.data_path, s.database_url)
+    if private is not None:
+        fail(private, 2)
 
     async def body() -> None:
         try:
@@ -251,6 +255,7 @@ def node(
                 lease_ttl=s.lease_ttl,
                 warm=chosen.warm if warm is None else warm,
                 warm_memory_mb=warm_memory_mb,
+                log_bytes=s.vm_log_bytes,
             )
             click.echo(f"runtime node {runtime_node.node_id}: driver {chosen.name}", err=True)
             await runtime_node.serve(stopping)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import shutil
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class Running:
     token: str
     handle: Vm | None = None
     ended: bool = False  # the control plane was told how the VM ended
+    folder: Path | None = None  # the VM's files on this host (console log, sockets)
+    succeeded: bool = False  # its workload ended with an output: nothing to keep
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -72,6 +75,7 @@ class Node:
         workdir: Path | None = None,
         warm: int = 0,
         warm_memory_mb: int = 512,
+        log_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.store = store
         self.driver = driver
@@ -85,8 +89,10 @@ class Node:
         self.lease_ttl = lease_ttl
         self.poll = poll
         self.workdir = workdir
+        self.log_bytes = log_bytes
         self.pool = WarmPool(
-            driver, app_dir, size=warm, memory_mb=warm_memory_mb, workdir=workdir
+            driver, app_dir, size=warm, memory_mb=warm_memory_mb, workdir=workdir,
+            log_bytes=log_bytes,
         )  # fmt: skip
         self.vms: dict[str, Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -194,6 +200,26 @@ class Node:
             with suppress(Exception):
                 await self.store.release_lease(running.lease)
             self.vms.pop(row.vm_id, None)
+            await self._clear(running)
+
+    async def _clear(self, running: Running) -> None:
+        """The VM's folder goes when it ends; one that failed keeps its (capped) console log
+        for whoever looks into why, the rest of its files removed."""
+        if running.handle is not None:
+            with suppress(Exception):
+                await asyncio.wait_for(running.handle.wait(), 10)
+        folder = running.folder
+        if folder is None or not folder.is_dir():
+            return
+        if running.succeeded:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+            return
+        for path in folder.iterdir():
+            if not path.name.startswith("console.log"):
+                if path.is_dir() and not path.is_symlink():
+                    await asyncio.to_thread(shutil.rmtree, path, True)
+                else:
+                    path.unlink(missing_ok=True)
 
     async def _live(self, running: Running) -> None:
         row = running.row
@@ -206,6 +232,7 @@ class Node:
         first: asyncio.Future[bytes] | None = None
         if warm is not None:
             running.handle = handle = warm.vm
+            running.folder = warm.spec.files()
             first = warm.hello
             log.info("VM %s is warm VM %s", row.vm_id, warm.spec.vm_id)
         else:
@@ -216,7 +243,9 @@ class Node:
                 memory_mb=row.memory_mb,
                 vcpus=agent.vcpus,
                 workdir=None if self.workdir is None else self.workdir / row.vm_id,
+                log_bytes=self.log_bytes,
             )
+            running.folder = spec.files()
             await asyncio.to_thread(precompile, self.app_dir)  # the app changed since, say
             running.handle = handle = await self.driver.start(spec)
         up = {"kind": ev.VM_STARTED, **({"warm": True} if warm is not None else {})}
@@ -269,6 +298,7 @@ class Node:
         if running.ended:
             return
         if "done" in outcome:
+            running.succeeded = True
             end = {"output": outcome["done"].get("output"), "calls": outcome["done"].get("calls")}
         elif "failed" in outcome:
             end = {"error": outcome["failed"].get("error")}

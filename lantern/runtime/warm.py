@@ -63,12 +63,14 @@ class WarmPool:
         memory_mb: int = 512,
         vcpus: int = 1,
         workdir: Path | None = None,
+        log_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.driver = driver
         self.app_dir = app_dir
         self.size = size
         self.shape = (memory_mb, vcpus)  # what the next boots get: what was last asked for
         self.workdir = workdir
+        self.log_bytes = log_bytes
         self.idle: list[Warm] = []
         self._booting = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -132,6 +134,7 @@ class WarmPool:
             memory_mb=memory_mb,
             vcpus=vcpus,
             workdir=None if self.workdir is None else self.workdir / vm_id,
+            log_bytes=self.log_bytes,
         )
         started = time.monotonic()
         try:

@@ -29,6 +29,7 @@ async def run_workload(
     app_dir: Path = APPS,
     memory_mb: int = 256,
     timeout: float = 240,
+    log_bytes: int = 8 * 1024 * 1024,
 ) -> dict[str, Any]:
     """What the harness told its node: ``{"done": ..., "failed": ..., "reports": [...]}``
     (``reports``: what its steps asked and proposed)."""
@@ -46,7 +47,13 @@ async def run_workload(
         return None
 
     # A VM id of its own: tests under xdist boot VMs side by side.
-    spec = VmSpec(f"vm-test-{uuid.uuid4().hex[:12]}", app_dir, workdir=workdir, memory_mb=memory_mb)
+    spec = VmSpec(
+        f"vm-test-{uuid.uuid4().hex[:12]}",
+        app_dir,
+        workdir=workdir,
+        memory_mb=memory_mb,
+        log_bytes=log_bytes,
+    )
     vm = await driver.start(spec)
     try:
         _, code = await asyncio.wait_for(asyncio.gather(serve(vm, handle), vm.wait()), timeout)

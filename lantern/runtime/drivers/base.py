@@ -49,6 +49,7 @@ class VmSpec:
     memory_mb: int = 512
     vcpus: int = 1
     workdir: Path | None = None  # the node's own files for this VM (console log, sockets)
+    log_bytes: int = 8 * 1024 * 1024  # LANTERN_VM_LOG_BYTES: the console log's cap, tail kept
 
     def files(self) -> Path:
         """The VM's host-side directory, made on first use."""
@@ -208,7 +209,7 @@ def die_with_node() -> None:
 
 @contextlib.contextmanager
 def log_file(path: Path) -> Iterator[int]:
-    """The console log a VM process writes to, as a descriptor to hand to the child."""
+    """A helper process's own log (virtiofsd's), as a descriptor to hand to the child."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         yield fd
@@ -216,18 +217,72 @@ def log_file(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-class ProcessVm(Vm):
-    """A VM that is one host process speaking the channel on its stdin and stdout."""
+class ConsoleLog:
+    """A VM's console log on the host, at most ``cap`` bytes, the tail kept: it is written in
+    two halves, ``console.log`` and ``console.log.1`` (the older), and a half that is full
+    replaces the older one. A workload writing without end costs the node ``cap`` bytes."""
 
-    def __init__(self, process: asyncio.subprocess.Process, log_path: Path) -> None:
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path = path
+        self.older = path.with_name(path.name + ".1")
+        self.half = max(1, cap // 2)
+        self._size = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def write(self, data: bytes) -> None:
+        while data:
+            if self._size >= self.half:
+                os.close(self._fd)
+                os.replace(self.path, self.older)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._size = 0
+            part = data[: self.half - self._size]
+            os.write(self._fd, part)
+            self._size += len(part)
+            data = data[len(part) :]
+
+    async def follow(self, stream: asyncio.StreamReader | None) -> None:
+        """Copy what the VM writes on ``stream`` until it closes it."""
+        if stream is None:
+            return
+        try:
+            while chunk := await stream.read(65536):
+                self.write(chunk)
+        finally:
+            os.close(self._fd)
+
+    def tail(self, size: int) -> str:
+        found = b""
+        for path in (self.path, self.older):
+            if len(found) >= size:
+                break
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - (size - len(found))))
+                    found = f.read() + found
+            except OSError:
+                pass
+        return found.decode(errors="replace")
+
+
+class ProcessVm(Vm):
+    """A VM that is one host process speaking the channel on its stdin and stdout, its console
+    on its stderr (a pipe the node copies into the capped :class:`ConsoleLog`)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, console: ConsoleLog) -> None:
         self.process = process
         assert process.stdout is not None and process.stdin is not None
         self.reader = process.stdout
         self.writer = process.stdin
-        self._log_path = log_path
+        self.console = console
+        self._copy = asyncio.ensure_future(console.follow(process.stderr))
 
     async def wait(self) -> int:
-        return await self.process.wait()
+        code = await self.process.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._copy), 5)
+        return code
 
     def kill(self) -> None:
         if self.process.returncode is None:
@@ -238,10 +293,4 @@ class ProcessVm(Vm):
 
     @property
     def log(self) -> str:
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 8192))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return self.console.tail(8192)

@@ -20,13 +20,13 @@ from typing import Any
 
 from lantern.runtime.drivers.base import (
     GUEST_APP,
+    ConsoleLog,
     Driver,
     ProcessVm,
     VmSpec,
     die_with_node,
     guest_env,
     harness_argv,
-    log_file,
     shares,
     usr_links,
 )
@@ -36,7 +36,7 @@ CAPABILITY_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient
 
 class GVisorVm(ProcessVm):
     def __init__(
-        self, process: asyncio.subprocess.Process, log: Path, root: Path, cid: str
+        self, process: asyncio.subprocess.Process, log: ConsoleLog, root: Path, cid: str
     ) -> None:
         super().__init__(process, log)
         self._root = root
@@ -152,14 +152,13 @@ class GVisorDriver(Driver):
             str(bundle),
             cid,
         ]
-        with log_file(log_path) as log:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=die_with_node,
-                limit=16 * 1024 * 1024,
-            )
-        return GVisorVm(process, log_path, state, cid)
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_node,
+            limit=16 * 1024 * 1024,
+        )
+        return GVisorVm(process, ConsoleLog(log_path, spec.log_bytes), state, cid)

@@ -11,6 +11,7 @@ out is a virtio-serial port to a unix socket the runtime node listens on before 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from lantern.runtime.drivers.base import (
     BOOT,
+    ConsoleLog,
     Driver,
     DriverUnavailable,
     Vm,
@@ -62,18 +64,21 @@ class QemuVm(Vm):
         fs: asyncio.subprocess.Process,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        log_path: Path,
+        console: ConsoleLog,
         server: asyncio.Server,
     ) -> None:
         self.qemu = qemu
         self.fs = fs
         self.reader = reader
         self.writer = writer
-        self._log_path = log_path
+        self.console = console
+        self._copy = asyncio.ensure_future(console.follow(qemu.stdout))
         self._server = server
 
     async def wait(self) -> int:
         await self.qemu.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._copy), 5)
         self.kill()
         await self.fs.wait()
         self.writer.close()
@@ -91,13 +96,7 @@ class QemuVm(Vm):
                     pass
 
     def _tail(self, size: int) -> str:
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - size))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return self.console.tail(size)
 
     @property
     def log(self) -> str:
@@ -185,7 +184,7 @@ class QemuDriver(Driver):
                 w.close()
 
         server = await asyncio.start_unix_server(on_connect, str(ch_sock), limit=16 * 1024 * 1024)
-        with log_file(log_path) as log:
+        with log_file(files / "virtiofsd.log") as log:
             fs = await asyncio.create_subprocess_exec(
                 "unshare", "--mount", "--propagation", "private", "sh", "-c", fs_cmd,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
@@ -199,7 +198,9 @@ class QemuDriver(Driver):
             if not fs_sock.exists():
                 server.close()
                 fs.kill()
-                raise DriverUnavailable("virtiofsd did not start (see the VM's console log)")
+                raise DriverUnavailable(
+                    "virtiofsd did not start (see virtiofsd.log in the VM folder)"
+                )
             khz = host_khz()
             # cryptomgr.notests: the self-tests of the kernel's crypto algorithms took a second
             # of every emulated boot, for a guest whose kernel encrypts nothing.
@@ -229,15 +230,18 @@ class QemuDriver(Driver):
                 "-device", "virtio-serial-device",
                 "-chardev", f"socket,id=ch,path={ch_sock}",
                 "-device", "virtserialport,chardev=ch,name=lantern",
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=die_with_node,
             )  # fmt: skip
+        console = ConsoleLog(log_path, spec.log_bytes)
         try:
             reader, writer = await asyncio.wait_for(connected, 30)
         except TimeoutError:
             qemu.kill()
             fs.kill()
             server.close()
+            await console.follow(qemu.stdout)
             raise DriverUnavailable("QEMU did not open the VM's channel") from None
-        return QemuVm(qemu, fs, reader, writer, log_path, server)
+        return QemuVm(qemu, fs, reader, writer, console, server)

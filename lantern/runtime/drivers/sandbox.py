@@ -24,13 +24,13 @@ import shutil
 
 from lantern.runtime.drivers.base import (
     GUEST_APP,
+    ConsoleLog,
     Driver,
     ProcessVm,
     VmSpec,
     die_with_node,
     guest_env,
     harness_argv,
-    log_file,
     shares,
     usr_links,
 )
@@ -99,17 +99,16 @@ class SandboxDriver(Driver):
 
         seccomp = descriptor()
         try:
-            with log_file(log_path) as log:
-                process = await asyncio.create_subprocess_exec(
-                    *self.argv(spec, seccomp),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=log,
-                    preexec_fn=cap,
-                    start_new_session=True,
-                    pass_fds=(seccomp,),
-                    limit=16 * 1024 * 1024,
-                )
+            process = await asyncio.create_subprocess_exec(
+                *self.argv(spec, seccomp),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=cap,
+                start_new_session=True,
+                pass_fds=(seccomp,),
+                limit=16 * 1024 * 1024,
+            )
         finally:
             os.close(seccomp)
-        return ProcessVm(process, log_path)
+        return ProcessVm(process, ConsoleLog(log_path, spec.log_bytes))

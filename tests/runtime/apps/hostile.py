@@ -68,3 +68,15 @@ async def attack(ctx: Context, targets: dict[str, str], name: str) -> dict[str, 
         },
         "unshare": _try(_unshare_user),
     }
+
+
+async def noisy(ctx: Context, megabytes: int, last: str) -> str:
+    """Floods its console (stderr), then writes ``last``: what a capped log must keep."""
+    import sys
+
+    line = "x" * 1023 + "\n"
+    for _ in range(megabytes * 1024):
+        sys.stderr.write(line)
+    sys.stderr.write(last + "\n")
+    sys.stderr.flush()
+    return "flooded"

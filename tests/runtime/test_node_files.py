@@ -1,0 +1,85 @@
+"""What a runtime node keeps on its host and shares with its VMs: never its own data folder,
+database or keys; a console log that a flooding workload cannot grow past its cap; no VM
+folder left behind a VM that ended well. (Graph, plain and code-first runs have no VM: their
+steps' output is limited by LANTERN_MAX_OUTPUT_BYTES instead.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from lantern.runtime.drivers import Driver
+from tests.runtime.cluster import Cluster
+from tests.runtime.vms import run_workload
+from tests.server import LANTERN, ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def node(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "LANTERN_URL": "http://127.0.0.1:9", "PYTHONPATH": str(ROOT)}
+    full.pop("LANTERN_DATABASE_URL", None)
+    full.pop("LANTERN_DATA_DIR", None)
+    full.update(env)
+    argv = [LANTERN, "node", "--driver", "sandbox", *args]
+    return subprocess.run(argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=60)
+
+
+def test_a_node_never_shares_its_data_folder(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".lantern").mkdir(parents=True)
+    (project / ".lantern" / "secrets.key").write_text("key")
+    (project / "app").mkdir()
+    # Started in the project folder, as a new user would: the database and keys in .lantern/.
+    done = node(project, "--app", ".")
+    assert done.returncode == 2, done
+    [line] = done.stderr.strip().splitlines()
+    assert "holds the node's own" in line and ".lantern" in line, line
+    # The database file alone (LANTERN_DATA_DIR and the key files: tests/unit/test_appdir.py).
+    db = f"sqlite:///{project / 'app' / 'lantern.db'}"
+    done = node(tmp_path, "--app", str(project / "app"), LANTERN_DATABASE_URL=db)
+    assert done.returncode == 2 and "holds the node's own" in done.stderr, done
+    # --app is required: no folder is shared by default.
+    done = node(project)
+    assert done.returncode == 2 and "--app" in done.stderr, done
+
+
+def test_a_flooded_console_log_keeps_its_tail_under_the_cap(driver: Driver, tmp_path: Path) -> None:
+    cap = 256 * 1024
+    seen = asyncio.run(
+        run_workload(
+            driver, "hostile:noisy", {"megabytes": 4, "last": "the-last-line"},
+            workdir=tmp_path, log_bytes=cap,
+        )
+    )  # fmt: skip
+    assert seen.get("done", {}).get("output") == "flooded", seen["log"][-2000:]
+    logs = sorted(tmp_path.glob("console.log*"))
+    assert sum(p.stat().st_size for p in logs) <= cap, [(p, p.stat().st_size) for p in logs]
+    assert "the-last-line" in seen["log"]
+
+
+def test_a_vm_folder_goes_when_its_vm_ends_well(cluster: Cluster) -> None:
+    cluster.node("n1")
+    cluster.agent("job", "jobs:three")
+    cluster.agent("bad", "jobs:fails")
+    good, bad = cluster.start_run("job", {}), cluster.start_run("bad", {})
+    assert cluster.finished(good)["status"] == "succeeded"
+    assert cluster.finished(bad)["status"] == "failed"
+    vms = Path(tempfile.gettempdir()) / "lantern-vms"
+    [good_vm], [bad_vm] = cluster.vms(good), cluster.vms(bad)
+
+    def cleared() -> bool:
+        """the VM folders are cleared"""
+        kept = vms / bad_vm["vmId"]
+        return (
+            not (vms / good_vm["vmId"]).exists()
+            and kept.exists()
+            and all(p.name.startswith("console.log") for p in kept.iterdir())
+        )
+
+    cluster.wait_for(cleared, 15)
