@@ -97,10 +97,15 @@ def next_action(agent: PlainAgent, outputs: Mapping[str, Any]) -> Action:
 
 def user_message(run_input: Any) -> str:
     """The run's input as the user's message: a string as is, ``{"message": ...}``'s message,
-    anything else as JSON text."""
+    anything else as JSON text. An object with keys beside ``message`` is anything else: the
+    model sees all of it, rather than the other keys being dropped without a word."""
     if isinstance(run_input, str):
         return run_input
-    if isinstance(run_input, dict) and isinstance(run_input.get("message"), str):
+    if (
+        isinstance(run_input, dict)
+        and isinstance(run_input.get("message"), str)
+        and run_input.keys() == {"message"}
+    ):
         return str(run_input["message"])
     return json.dumps(run_input)
 

@@ -170,3 +170,23 @@ def test_the_page_shells_carry_no_data_and_are_not_in_the_api_schema(
         assert missing.status_code == 404
         paths = anonymous.get("/openapi.json").json()["paths"]
         assert paths and not [p for p in paths if p.startswith("/ui")]
+
+
+def test_a_key_in_the_address_fragment_opens_the_page_without_the_prompt(
+    served: tuple[Server, str], tab: Tab
+) -> None:
+    """`/ui/runs#key=...` (for a script or a screenshot): no form to fill, and the key is
+    taken off the address at once, kept only in the tab's session as a typed one is."""
+    server, db = served
+    page = tab.page
+    page.goto(f"{server.url}/ui/runs#key={issue(db)}")
+    expect(page.locator("#runs-empty")).to_be_visible()
+    expect(page.locator("#key-prompt")).to_be_hidden()
+    expect(page).to_have_url(f"{server.url}/ui/runs")  # no fragment left to copy
+    page.reload()  # the same session: no prompt
+    expect(page.locator("#runs-empty")).to_be_visible()
+    expect(page.locator("#key-prompt")).to_be_hidden()
+    assert tab.errors == []
+    page.goto("about:blank")  # a new load: a changed fragment alone loads nothing
+    page.goto(f"{server.url}/ui/runs#key=lk_0123456789ab_not-a-real-secret")
+    expect(page.locator("#key-prompt")).to_be_visible()  # a wrong one is refused as typed

@@ -146,6 +146,16 @@ export function withKey(start) {
     begin(key, true);
   });
 
+  // A key given in the address's fragment (`/ui/runs#key=lk_...`), for a script, a screenshot
+  // or a headless browser that cannot type into the form. A fragment never reaches the server
+  // (no access log holds it); it is taken off the address at once, so the key is neither left
+  // in the history nor in a link copied from the page.
+  const fragment = new URLSearchParams(window.location.hash.slice(1)).get("key");
+  if (fragment) {
+    history.replaceState(null, "", window.location.pathname + window.location.search);
+    begin(fragment.trim(), true);
+    return;
+  }
   const kept = sessionStorage.getItem(STORAGE);
   if (kept) begin(kept, false);
   else ask("");
