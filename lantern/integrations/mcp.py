@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
@@ -36,8 +38,36 @@ log = logging.getLogger("lantern.mcp")
 KEY_META = "lantern/idempotencyKey"
 CONNECT_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
-CALL_TIMEOUT_S = 300.0
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+# What a stdio server inherits of this process's environment: where programs are, the home
+# folder, the locale and the terminal; never LANTERN_*, a provider's key or anything else.
+INHERITED = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE"}
+)
+
+# Run as ``python -c _GUARD PARENT_PID COMMAND...``: ask the kernel to SIGKILL this process
+# when the thread that started it ends (PR_SET_PDEATHSIG, kept across exec), make sure that
+# parent is still the one that asked (it may have died before the request), then become the
+# server itself. A SIGKILLed `lantern serve` so takes its servers with it, mid-call or not.
+_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "if sys.platform.startswith('linux'):\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def allowed_environment() -> dict[str, str]:
+    """The part of this process's environment a stdio MCP server is given (INHERITED and the
+    locale's LC_* variables)."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k in INHERITED or k.startswith("LC_")) and not v.startswith("()")
+    }
 
 
 @dataclass(frozen=True)
@@ -167,14 +197,14 @@ class McpServer:
 
     def _transport(self) -> Any:
         if self.command is not None:
-            import os
-
             from mcp import StdioServerParameters, stdio_client
 
+            # Started through a guard that dies with this process (a parent-death signal),
+            # with only the allow-listed environment and what env= gives it.
             params = StdioServerParameters(
-                command=self.command[0],
-                args=self.command[1:],
-                env={**os.environ, **(self.env or {})},
+                command=sys.executable,
+                args=["-c", _GUARD, str(os.getpid()), *self.command],
+                env={**allowed_environment(), **(self.env or {})},
                 cwd=self.cwd,
             )
             return stdio_client(params)
@@ -190,12 +220,9 @@ class McpServer:
         if conn is None or conn.session is None:
             raise self._down(RuntimeError("no connection"))
         try:
-            result = await conn.session.call_tool(
-                tool,
-                dict(arguments),
-                read_timeout_seconds=CALL_TIMEOUT_S,
-                meta={KEY_META: key},
-            )
+            # No timeout of its own: the step's (its node's, its agent's or
+            # LANTERN_STEP_TIMEOUT) cancels the call.
+            result = await conn.session.call_tool(tool, dict(arguments), meta={KEY_META: key})
         except Exception as exc:
             # The server died, hung or broke the protocol mid-call: whether the call took
             # effect is unknown here, so the step fails retryable and keeps its key.
