@@ -7,7 +7,11 @@ place a thing. Each tick the leader
 
 1. marks the VMs of runtime nodes whose heartbeat is older than ``LANTERN_NODE_TTL``
    ``terminated`` (reason ``node_lost``), journaling ``vm_terminated``, and resumes their runs;
-2. places every microVM run that has no live VM and no live lease (resumeMicroVMRun).
+2. places every microVM run that has no live VM and no live lease (resumeMicroVMRun), fairly
+   between workspaces: one run of each waiting workspace in turn (oldest first within one), and
+   a workspace that holds ``LANTERN_VM_WORKSPACE_SLOTS`` live VMs (default: half the capacity of
+   the runtime nodes that are up, at least 1) gets no more while another workspace waits. So
+   one tenant's hundred queued runs, or its parked VMs, cannot hold every slot of the cluster.
 
 Placement is durable before any node acts on it: ``vm_scheduled`` is journaled (fenced on the
 run lease), then the ``runtime_vms`` row is inserted (fenced on the leader's epoch); a runtime
@@ -39,6 +43,23 @@ from lantern.store.runtime import LIVE_VM_STATES, SCHEDULER, NamedLease, Runtime
 log = logging.getLogger("lantern.scheduler")
 
 BATCH = 20
+WAITING_LOOKED_AT = 200  # the oldest waiting runs fairness chooses among, per tick
+
+
+def fair_order(waiting: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(run id, workspace)`` pairs, oldest first, interleaved one per workspace in turn:
+    the first run of each workspace (in the order of their oldest), then the second..."""
+    queues: dict[str, list[tuple[str, str]]] = {}
+    for item in waiting:
+        queues.setdefault(item[1], []).append(item)
+    order: list[tuple[str, str]] = []
+    depth = 0
+    while len(order) < len(waiting):
+        for queue in queues.values():
+            if depth < len(queue):
+                order.append(queue[depth])
+        depth += 1
+    return order
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,7 @@ class Scheduler:
         worker_id: str,
         node_ttl: float,
         lease_ttl: float,
+        workspace_slots: int = 0,
         tick: float | None = None,
         listeners: Sequence[commits.Listener] = (),
     ) -> None:
@@ -90,6 +112,8 @@ class Scheduler:
         self.lease_ttl = lease_ttl
         self.tick_every = tick if tick is not None else min(1.0, node_ttl / 5)
         self.listeners = listeners
+        self.workspace_slots = workspace_slots  # 0: half the up nodes' capacity, at least 1
+        self._workspaces: dict[str, str] = {}  # run id -> its workspace (it never changes)
         self.leader: NamedLease | None = None
         self.waiting: dict[str, str] = {}  # run id -> why it has no VM yet
         self._lock = asyncio.Lock()
@@ -128,13 +152,60 @@ class Scheduler:
         self.leader = lease
         metrics.LEADER.set(1)
         await self.reconcile()
-        for run_id in await self.store.runs_needing_vm(BATCH):
-            run_lease = await self.store.acquire_lease(run_id, self.worker_id, self.lease_ttl)
-            if run_lease is not None:
-                await self._placing(run_id, run_lease)
+        vms = await self.store.list_vms(limit=1000)
+        await self._place_fairly(vms)
         vms = await self.store.list_vms(limit=1000)
         for state in (*LIVE_VM_STATES, "exited", "terminated"):
             metrics.VMS.labels(state).set(sum(1 for v in vms if v.state == state))
+
+    async def _workspace(self, run_id: str) -> str | None:
+        found = self._workspaces.get(run_id)
+        if found is None:
+            run = await self.store.get_run(run_id)
+            if run is None:
+                return None
+            found = self._workspaces[run_id] = run.workspace
+        return found
+
+    async def _place_fairly(self, vms: Sequence[Vm]) -> None:
+        waiting: list[tuple[str, str]] = []
+        for run_id in await self.store.runs_needing_vm(WAITING_LOOKED_AT):
+            workspace = await self._workspace(run_id)
+            if workspace is not None:
+                waiting.append((run_id, workspace))
+        if not waiting:
+            return
+        live: dict[str, int] = {}
+        for vm in vms:
+            if vm.live:
+                workspace = await self._workspace(vm.run_id)
+                if workspace is not None:
+                    live[workspace] = live.get(workspace, 0) + 1
+        slots = self.workspace_slots or await self._default_slots()
+        waiting_in = {workspace for _, workspace in waiting}
+        placed = 0
+        for run_id, workspace in fair_order(waiting):
+            if placed >= BATCH:
+                break
+            if live.get(workspace, 0) >= slots and waiting_in - {workspace}:
+                self.waiting[run_id] = (
+                    f"its workspace holds {live[workspace]} live VMs "
+                    f"(LANTERN_VM_WORKSPACE_SLOTS {slots}) while another workspace waits"
+                )
+                continue
+            run_lease = await self.store.acquire_lease(run_id, self.worker_id, self.lease_ttl)
+            if run_lease is None:
+                continue
+            if await self._placing(run_id, run_lease) is not None:
+                placed += 1
+                live[workspace] = live.get(workspace, 0) + 1
+        for run_id in list(self._workspaces)[: -WAITING_LOOKED_AT * 10 or None]:
+            del self._workspaces[run_id]  # bounded: the oldest go first
+
+    async def _default_slots(self) -> int:
+        now = datetime.now(UTC)
+        up = [n for n in await self.store.list_nodes() if n.state(now, self.node_ttl) == "up"]
+        return max(1, sum(n.capacity for n in up) // 2)
 
     def leading(self) -> NamedLease | None:
         lease = self.leader
@@ -175,15 +246,16 @@ class Scheduler:
         finally:
             await self.store.release_lease(lease)
 
-    async def _placing(self, run_id: str, lease: Lease) -> None:
+    async def _placing(self, run_id: str, lease: Lease) -> Vm | None:
         try:
             run = await self.store.get_run(run_id)
             if run is not None:
-                await self.resume(run, lease)
+                return await self.resume(run, lease)
         except LeaseLost:
             pass
         finally:
             await self.store.release_lease(lease)
+        return None
 
     # -- resumeMicroVMRun --------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             worker_id=settings.worker_id,
             node_ttl=settings.node_ttl,
             lease_ttl=settings.lease_ttl,
+            workspace_slots=settings.vm_workspace_slots,
             listeners=tools.commit_listeners,
         )
         relay = Relay(

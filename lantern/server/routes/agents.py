@@ -32,6 +32,13 @@ async def put(
     s = services(request)
     if name in s.worker.app.agents:
         raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
+    runtime, most = definition.get("runtime"), s.settings.vm_max_timeout
+    timeout = runtime.get("timeoutS") if isinstance(runtime, dict) else None
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > most:
+        # A VM holds a runtime node's slot while it lives: its length is the operator's to cap.
+        raise DefinitionError(
+            [f"runtime.timeoutS {timeout} is above LANTERN_VM_MAX_TIMEOUT ({most:g} s)"]
+        )
     agent = await apply_agent(
         s.store,
         definition,
