@@ -50,6 +50,7 @@ HEAVY = (
     "openai",
     "anthropic",
     "pydantic_ai",
+    "agents",
     "mcp",
     "opentelemetry",
 )
