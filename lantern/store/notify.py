@@ -19,6 +19,10 @@ read the journal anyway: that is the safety net. The pattern that never misses a
 
 A commit between the read and the wait is not lost: the subscription already saw it, so the
 wait returns at once.
+
+A notification also says whether the commit finished the run (``finished``), so a waiter for the
+run's end (``GET /v1/runs/{id}?wait=``) sleeps through the commits of its steps and reads the run
+once, when it ended (``Subscription.until_finished``), instead of once per commit.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from types import TracebackType
 
-Publish = Callable[[str, int], None]
+Publish = Callable[[str, int, bool], None]  # run id, seq, finished
 
 RECENT = 10_000  # runs whose newest seq is remembered with no subscriber
 
@@ -36,15 +40,19 @@ RECENT = 10_000  # runs whose newest seq is remembered with no subscriber
 class Subscription:
     """One waiter on one run. Use it as a context manager, or ``unsubscribe`` it when done."""
 
-    def __init__(self, notifier: Notifier, run_id: str, seq: int) -> None:
+    def __init__(self, notifier: Notifier, run_id: str, seq: int, finished: bool) -> None:
         self.notifier = notifier
         self.run_id = run_id
         self.seq = seq  # the newest seq this subscription has heard of (0: none yet)
+        self.finished = finished  # a commit that finished the run was heard of
         self._woken = asyncio.Event()
         self._poked = False
         self.stale = False  # set when notifications may have been missed: read afresh
 
-    def _advance(self, seq: int) -> None:
+    def _advance(self, seq: int, finished: bool) -> None:
+        if finished and not self.finished:
+            self.finished = True
+            self._woken.set()
         if seq > self.seq:
             self.seq = seq
             self._woken.set()
@@ -60,11 +68,21 @@ class Subscription:
         """Return once the run's journal is known to be past ``after``, or on a ``poke``, or
         when ``timeout`` seconds have passed: the newest seq heard of (``<= after`` unless
         the journal advanced). A commit or poke since the subscription was taken counts."""
+        await self._until(lambda: self.seq > after, timeout)
+        return self.seq
+
+    async def until_finished(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Return once a commit that finished the run was heard of (True), or on a ``poke`` or
+        when ``timeout`` seconds have passed (False unless it finished meanwhile)."""
+        await self._until(lambda: self.finished, timeout)
+        return self.finished
+
+    async def _until(self, heard: Callable[[], bool], timeout: float | None) -> None:  # noqa: ASYNC109
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         # Everything that sets the flag runs on this loop, and nothing is awaited between
         # the check and the clear, so a wake-up is never lost.
-        while self.seq <= after and not self._poked:
+        while not heard() and not self._poked:
             self._woken.clear()
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
@@ -74,7 +92,6 @@ class Subscription:
             except TimeoutError:
                 break
         self._poked = False
-        return self.seq
 
     def __enter__(self) -> Subscription:
         return self
@@ -94,6 +111,7 @@ class Notifier:
     def __init__(self) -> None:
         self._subs: dict[str, set[Subscription]] = {}
         self._recent: OrderedDict[str, int] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()  # runs heard to have finished
         self._publish: Publish | None = None
         self._on_subscribe: Callable[[], None] | None = None
 
@@ -106,7 +124,7 @@ class Notifier:
     def subscribe(self, run_id: str) -> Subscription:
         if self._on_subscribe is not None:
             self._on_subscribe()
-        sub = Subscription(self, run_id, self._recent.get(run_id, 0))
+        sub = Subscription(self, run_id, self._recent.get(run_id, 0), run_id in self._ended)
         self._subs.setdefault(run_id, set()).add(sub)
         return sub
 
@@ -133,13 +151,14 @@ class Notifier:
         with self.subscribe(run_id) as sub:
             return await sub.wait(after, timeout)
 
-    def committed(self, run_id: str, seq: int) -> None:
-        """A journal write of this process committed: wake local waiters, tell the peers."""
-        self.advanced(run_id, seq)
+    def committed(self, run_id: str, seq: int, finished: bool = False) -> None:
+        """A journal write of this process committed (``finished``: it ended the run): wake
+        local waiters, tell the peers."""
+        self.advanced(run_id, seq, finished)
         if self._publish is not None:
-            self._publish(run_id, seq)
+            self._publish(run_id, seq, finished)
 
-    def advanced(self, run_id: str, seq: int) -> None:
+    def advanced(self, run_id: str, seq: int, finished: bool = False) -> None:
         """The run's journal reached ``seq`` (here, or on a peer: a relay calls this)."""
         known = self._recent.get(run_id)
         if known is None or seq > known:
@@ -147,8 +166,12 @@ class Notifier:
         self._recent.move_to_end(run_id)
         if len(self._recent) > RECENT:
             self._recent.popitem(last=False)
+        if finished:
+            self._ended[run_id] = None
+            if len(self._ended) > RECENT:
+                self._ended.popitem(last=False)
         for sub in self._subs.get(run_id, ()):
-            sub._advance(seq)
+            sub._advance(seq, finished)
 
     def resync(self) -> None:
         """Notifications may have been missed (a relay reconnected): wake every waiter to

@@ -199,6 +199,11 @@ class Append:
     events: tuple[NewEvent, ...]
     update: RunUpdate | None = None
 
+    @property
+    def finishes(self) -> bool:
+        """The append ends the run (its waiters for the end can read it now)."""
+        return self.update is not None and self.update.status in TERMINAL
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -165,3 +165,79 @@ async def test_a_notifier_remembers_recent_runs_within_a_bound() -> None:
     for i in range(10_001):
         n.advanced(f"x{i}", 1)
     assert n.latest("r1") == 0
+
+
+async def test_a_waiter_for_the_end_sleeps_through_step_commits(store: Store) -> None:
+    """GET /v1/runs/{id}?wait reads the run once, at its end, not at each step's commit."""
+    run_id, w, lease = await _started(store)
+    with store.notifier.subscribe(run_id) as sub:
+        await sub.until_finished(timeout=0.5)  # (PostgreSQL: the listener coming up pokes)
+        for step in ("a", "b"):
+            await store.append(Append(lease, (w.event("step_started", {}, step_id=step),), None))  # type: ignore[arg-type]
+            assert not await sub.until_finished(timeout=0.05)
+        ending = asyncio.ensure_future(sub.until_finished(timeout=30))
+        await asyncio.sleep(0)
+        began = time.monotonic()
+        await store.append(
+            Append(lease, (w.event("run_succeeded", {}),), RunUpdate("succeeded"))  # type: ignore[arg-type]
+        )
+        assert await ending and time.monotonic() - began < 1
+    with store.notifier.subscribe(run_id) as late:  # its end is remembered for a while
+        assert late.finished
+
+
+async def test_a_replica_hears_the_commit_that_ends_a_run_on_another(pg_url: str) -> None:
+    a, b = open_store(pg_url), open_store(pg_url)
+    await a.open()
+    await b.open()
+    try:
+        run_id, w, lease = await _started(a)
+        with b.notifier.subscribe(run_id) as sub:
+            await listening(b)
+            await a.append(Append(lease, (w.event("step_started", {}, step_id="x"),), None))  # type: ignore[arg-type]
+            assert await past(sub, 1) == 2 and not sub.finished
+            await a.append(
+                Append(lease, (w.event("run_succeeded", {}),), RunUpdate("succeeded"))  # type: ignore[arg-type]
+            )
+            deadline = time.monotonic() + 10
+            while not sub.finished and time.monotonic() < deadline:
+                await sub.until_finished(timeout=1)
+            assert sub.finished and sub.seq == 3
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_replica_no_peer_listens_to_sends_no_notify(pg_url: str) -> None:
+    """A lone replica pays no NOTIFY round trip per commit; one that starts listening hears
+    the commits made from then on (and re-reads what came before: its resync)."""
+    a = open_store(pg_url)
+    await a.open()
+    sent: list[str] = []
+    relay: Any = a._relay  # type: ignore[attr-defined]
+    execute = relay._execute
+
+    async def counted(sql: str, args: Any) -> Any:
+        if "pg_notify" in sql:
+            sent.append(sql)
+        return await execute(sql, args)
+
+    relay._execute = counted
+    try:
+        run_id, w, lease = await _started(a)
+        for i in range(20):
+            await a.append(Append(lease, (w.event("note", {"i": i}),), None))  # type: ignore[arg-type]
+        await asyncio.sleep(1.2)  # past two looks for listeners
+        assert sent == []
+        b = open_store(pg_url)
+        await b.open()
+        try:
+            with b.notifier.subscribe(run_id) as sub:
+                await listening(b)
+                await a.append(Append(lease, (w.event("note", {}),), None))  # type: ignore[arg-type]
+                assert await past(sub, 21) == 22
+            assert sent
+        finally:
+            await b.close()
+    finally:
+        await a.close()

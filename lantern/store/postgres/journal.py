@@ -224,7 +224,7 @@ class Journal(PostgresConnection):
         if row is None:
             return None
         if events:
-            self.notifier.committed(run_id, events[-1].seq)
+            self.notifier.committed(run_id, events[-1].seq, update.status in TERMINAL)
         return Lease(run_id, worker_id, row[0])
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
@@ -273,7 +273,7 @@ class Journal(PostgresConnection):
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
         if batch.events:
-            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq)
+            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq, batch.finishes)
 
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
         try:

@@ -5,7 +5,17 @@ or by parallel tests, do not hear each other) on a connection of its own, opened
 something in the process first follows a run, and sends its own commits with ``pg_notify``
 through the store's pool, after the commit and off the journal's write path: the appends
 that commit while a ``NOTIFY`` is in flight ride in the next one, coalesced
-to the newest seq per run and packed many to a payload. Payload lines are ``<run id> <seq>``.
+to the newest seq per run and packed many to a payload. Payload lines are ``<run id> <seq>``,
+or ``<run id> <seq> end`` for the commit that finished the run (a replica of an older version
+ignores such a line: its waiter for that run's end finds it at its next re-read).
+
+A ``NOTIFY`` is sent only while another session listens on the channel: a lone replica (or one
+whose peers follow nothing) would otherwise pay a round trip per commit for no one. Whether
+someone listens is looked up in ``pg_stat_activity`` (a listening connection of a relay does
+nothing after its ``LISTEN``, so that is its query) at most every ``PEER_CHECK_S`` while there
+are commits to tell; the commits of the last look or two are held meanwhile, so a peer that
+starts listening between two looks still hears them (what it missed before it listened, its
+``resync`` covers).
 
 Nothing here is needed for correctness: a waiter re-reads the journal after it wakes and at
 its own timeout (see ``lantern.store.notify``). So a ``NOTIFY`` that fails is dropped, and a
@@ -17,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any
@@ -30,6 +41,14 @@ from lantern.store.notify import Notifier
 log = logging.getLogger("lantern.store.notify")
 
 PAYLOAD_LIMIT = 7_000  # bytes per NOTIFY payload; PostgreSQL allows just under 8000
+PEER_CHECK_S = 0.5  # how often, at most, to look whether any peer listens
+# Another session listening on the channel; a backend whose query this role may not see counts
+# as one (sending is the safe side).
+PEERS_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND pid <> %s"
+    " AND datname = current_database() AND query IN (%s, '<insufficient privilege>')"
+)
+Outbox = dict[str, tuple[int, bool]]  # run id -> newest seq, and whether it finished
 _RETRY = (0.1, 0.2, 0.5, 1.0, 2.0)
 Execute = Callable[
     [str, Sequence[Any]], Awaitable[list[Any]]
@@ -57,7 +76,12 @@ class Relay:
         self._connect: dict[str, Any] = {**(connect or {}), "autocommit": True}
         self.channel = "lantern_journal"
         self._execute = execute
-        self._outbox: dict[str, int] = {}
+        self._outbox: Outbox = {}
+        # Commits not told while nobody listened: this look's, and the previous look's.
+        self._held: Outbox = {}
+        self._held_before: Outbox = {}
+        self._peers = True  # someone else listened at the last look (or none was made yet)
+        self._looked = 0.0  # monotonic time of that look
         self._pending = asyncio.Event()
         self._listener: psycopg.AsyncConnection[TupleRow] | None = None
         self._sender: asyncio.Task[None] | None = None
@@ -83,9 +107,8 @@ class Relay:
             with suppress(Exception):
                 await self._listener.close()
 
-    def publish(self, run_id: str, seq: int) -> None:
-        if seq > self._outbox.get(run_id, 0):
-            self._outbox[run_id] = seq
+    def publish(self, run_id: str, seq: int, finished: bool = False) -> None:
+        _merge(self._outbox, run_id, seq, finished)
         self._pending.set()
 
     def _listen_soon(self) -> None:
@@ -130,15 +153,43 @@ class Relay:
 
     def _deliver(self, payload: str) -> None:
         for line in payload.splitlines():
-            run_id, _, seq = line.rpartition(" ")
+            run_id, seq, *end = line.split(" ")
             if run_id and seq.isdigit():
-                self.notifier.advanced(run_id, int(seq))
+                self.notifier.advanced(run_id, int(seq), end == ["end"])
+
+    async def _peers_listen(self) -> bool:
+        """Whether a session other than ours (and our own listener) listens on the channel."""
+        mine = self._listener.info.backend_pid if self._listener is not None else 0
+        try:
+            rows = await self._execute(PEERS_SQL, (mine, f'LISTEN "{self.channel}"'))
+        except (psycopg.Error, OSError):
+            return True  # cannot tell: tell them
+        return bool(rows and rows[0][0])
 
     async def _send(self) -> None:
         while True:
-            await self._pending.wait()
+            if self._held:  # nobody listened: look again soon, for the held commits' sake
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._pending.wait(), PEER_CHECK_S)
+            else:
+                await self._pending.wait()
             self._pending.clear()
             batch, self._outbox = self._outbox, {}
+            if not batch and not self._held:
+                continue
+            if time.monotonic() - self._looked >= PEER_CHECK_S:
+                self._looked = time.monotonic()
+                self._peers = await self._peers_listen()
+                if not self._peers:  # the previous look's commits are old enough to drop
+                    self._held_before, self._held = self._held, {}
+            if not self._peers:
+                for run_id, (seq, finished) in batch.items():
+                    _merge(self._held, run_id, seq, finished)
+                continue
+            for held in (self._held_before, self._held):
+                for run_id, (seq, finished) in held.items():
+                    _merge(batch, run_id, seq, finished)
+            self._held_before, self._held = {}, {}
             if not batch:
                 continue
             try:
@@ -151,12 +202,17 @@ class Relay:
                 log.warning("journal notifications: NOTIFY failed (%s)", exc)
 
 
-def _payloads(batch: dict[str, int]) -> list[str]:
+def _merge(box: Outbox, run_id: str, seq: int, finished: bool) -> None:
+    known, ended = box.get(run_id, (0, False))
+    box[run_id] = (max(seq, known), ended or finished)
+
+
+def _payloads(batch: Outbox) -> list[str]:
     out: list[str] = []
     lines: list[str] = []
     size = 0
-    for run_id, seq in batch.items():
-        line = f"{run_id} {seq}"
+    for run_id, (seq, finished) in batch.items():
+        line = f"{run_id} {seq} end" if finished else f"{run_id} {seq}"
         if lines and size + len(line) + 1 > PAYLOAD_LIMIT:
             out.append("\n".join(lines))
             lines, size = [], 0

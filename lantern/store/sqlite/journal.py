@@ -56,7 +56,7 @@ class Journal(Leases):
 
         lease = await self._write(tx)
         if lease is not None and events:
-            self.notifier.committed(run_id, events[-1].seq)
+            self.notifier.committed(run_id, events[-1].seq, update.status in TERMINAL)
         return lease
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
@@ -123,7 +123,7 @@ class Journal(Leases):
     async def append(self, batch: Append) -> None:
         await self._commits.submit(batch)
         if batch.events:
-            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq)
+            self.notifier.committed(batch.lease.run_id, batch.events[-1].seq, batch.finishes)
 
     async def _append_batch(self, batch: Sequence[Append]) -> list[BaseException | None]:
         if len(batch) == 1:  # alone in its transaction: no savepoint needed
