@@ -105,28 +105,34 @@ class Runner:
         self._baselines[(workspace, agent)] = (time.monotonic(), found)
         return found
 
-    async def drive(self, run_id: str, lease: Lease | None = None) -> Run | None:
+    async def drive(
+        self, run_id: str, lease: Lease | None = None, *, known: Run | None = None
+    ) -> Run | None:
         """Execute or re-drive a run; None when another worker holds it or ours was lost.
 
         ``lease``, when given, was won before this call (by a claim), so the run read here is
-        current: a queued run then has no journal to read.
+        current: a queued run then has no journal to read. ``known``: the run as its creator
+        has it just now, so the first attempt need not read it (a never-started run's lease
+        and opening commit check it again in their transaction).
         """
         if lease is not None:
             # Renewed from now on: a busy replica may take a while to reach the first step,
             # and a lease that expired meanwhile would be stolen (even by our own sweep).
             self.keeper.hold(lease)
         try:
-            return await self._drive_patiently(run_id, lease)
+            return await self._drive_patiently(run_id, lease, known)
         finally:
             if lease is not None:
                 self.keeper.drop(lease)  # whatever ended the drive, renew it no more
 
-    async def _drive_patiently(self, run_id: str, lease: Lease | None) -> Run | None:
+    async def _drive_patiently(
+        self, run_id: str, lease: Lease | None, known: Run | None
+    ) -> Run | None:
         deadline: float | None = None
         delay = commits.FIRST_DELAY
         while True:
             try:
-                run = await self.store.get_run(run_id)
+                run, known = known or await self.store.get_run(run_id), None
                 if run is None:
                     raise NotFound(f"run {run_id} not found")
                 if run.finished:

@@ -71,6 +71,9 @@ class Worker:
         self._app = app
         self.app = app  # the user's tools and code-first agents
         self._runs: set[asyncio.Task[object]] = set()
+        # Runs handed to a drive at their create (``take``), until that drive ends: a claim
+        # of one of them meanwhile starts no second drive.
+        self._taken: set[str] = set()
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
         self.live = LiveText()  # the live text of the model steps this process runs
@@ -197,21 +200,40 @@ class Worker:
         """Look for queued runs now rather than at the next poll."""
         self._wake.set()
 
-    def _start(self, run_id: str, lease: Lease | None) -> None:
+    def take(self, run: Run) -> None:
+        """A run this process just created: drive it now when a slot is free, with no round
+        trip through the queue (no claim; its lease and opening commit are one transaction,
+        as for any never-started run, and lose to a replica that claimed it first); else
+        leave it to the dispatcher. Free slots mean no backlog here for the claim's
+        fairness between workspaces to order."""
+        free = self.max_concurrent - len(self._runs)
+        if run.status != "queued" or run.cancel_requested or free <= 0 or self.stopping.is_set():
+            self.wake()
+            return
+        self._taken.add(run.id)
+        self._start(run.id, None, run)
+
+    def _start(self, run_id: str, lease: Lease | None, known: Run | None = None) -> None:
         assert self.runner is not None, "use the worker as an async context manager"
-        task = asyncio.create_task(self._drive(run_id, lease), name=f"drive {run_id}")
+        if lease is not None and run_id in self._taken:
+            # Claimed while the drive its create started opens it: that drive's lease (it
+            # leases with the same worker id) supersedes this one, or its opening finds the
+            # run started and it gives way; one drive, not two.
+            return
+        task = asyncio.create_task(self._drive(run_id, lease, known), name=f"drive {run_id}")
         self._runs.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
+        self._taken.discard(task.get_name().removeprefix("drive "))
         self._wake.set()
         self.recovery.slot_freed()
 
-    async def _drive(self, run_id: str, lease: Lease | None) -> object:
+    async def _drive(self, run_id: str, lease: Lease | None, known: Run | None) -> object:
         assert self.runner is not None
         try:
-            return await self.runner.drive(run_id, lease)
+            return await self.runner.drive(run_id, lease, known=known)
         except Exception:
             log.exception("run %s stopped on an error", run_id)
             return None

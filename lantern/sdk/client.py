@@ -104,15 +104,30 @@ class AsyncClient:
     # Runs
 
     async def create_run(
-        self, agent_name: str, input: Any = None, *, idempotency_key: str | None = None
+        self,
+        agent_name: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> Run:
         """Start a run of the agent's newest version. The request always carries an
         idempotency key (a random one unless given), so it is safely retried: the same key
-        with the same body gives back the same run; with another body, ``ConflictError``."""
+        with the same body gives back the same run; with another body, ``ConflictError``.
+        With ``wait`` (0 to 60 seconds), the server answers once the run finished, or when the
+        wait is over with the run as it is then: a short run in one request."""
         key = idempotency_key or uuid.uuid4().hex
         body = {"agentName": agent_name, "input": input}
+        params = None if wait is None else {"wait": _seconds(wait)}
+        extra = 0.0 if wait is None else max(wait, 0.0)
         data = await self._send(
-            "POST", "/v1/runs", safe=True, json=body, headers={"Idempotency-Key": key}
+            "POST",
+            "/v1/runs",
+            safe=True,
+            json=body,
+            headers={"Idempotency-Key": key},
+            params=params,
+            extra=extra,
         )
         return _parse(Run.from_json, data)
 

@@ -136,10 +136,15 @@ class Client:
                 self._finalizer()
 
     def create_run(
-        self, agent_name: str, input: Any = None, *, idempotency_key: str | None = None
+        self,
+        agent_name: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> Run:
         return self._thread.run(
-            self._async.create_run(agent_name, input, idempotency_key=idempotency_key)
+            self._async.create_run(agent_name, input, idempotency_key=idempotency_key, wait=wait)
         )
 
     def get_run(self, run_id: str, *, wait: float | None = None) -> Run:

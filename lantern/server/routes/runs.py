@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from typing import Annotated, Any, Literal
@@ -15,6 +16,7 @@ from lantern.engine.resume import resume_run
 from lantern.engine.runs import create_run
 from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
+from lantern.server.ratelimit import StreamsExceeded
 from lantern.server.schemas import (
     PROBLEMS,
     CreateRun,
@@ -27,11 +29,13 @@ from lantern.server.schemas import (
     RunPage,
 )
 from lantern.store.base import Store
+from lantern.store.notify import Subscription
 from lantern.store.records import ApiKey, Event, Run
 from lantern.views import delivery_json, event_json, run_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
 REREAD_S = 2.0  # a waiter re-reads at least this often, notified or not
+SETTLE_S = 0.05  # a waiter that heard of the end but read the run unfinished reads again after
 
 Status = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
@@ -53,13 +57,22 @@ def decode_cursor(cursor: str | None) -> str | None:
         raise UsageError("cursor is not one this API gave out") from exc
 
 
-@router.post("", status_code=202, response_model=RunOut)
+@router.post(
+    "",
+    status_code=202,
+    response_model=RunOut,
+    responses={200: {"model": RunOut, "description": "The run finished within ?wait"}},
+)
 async def create(
     body: CreateRun,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("runs:execute"))],
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+    wait: Annotated[float, Query(ge=0, le=60)] = 0,
 ) -> JSONResponse:
+    """Create a run (202, queued); with ``?wait=SECONDS``, answer when it finished within that
+    many seconds (200, the finished run, as ``GET ?wait`` gives it), else as it stands then
+    (202): one request instead of two for a short run."""
     s = services(request)
     run = await create_run(
         s.store,
@@ -69,8 +82,27 @@ async def create(
         idempotency_key=idempotency_key,
         app=s.worker.app,
     )
-    s.worker.wake()
-    return JSONResponse(run_json(run), status_code=202)
+    try:
+        # The wait holds a connection as a long-poll does; a key holding all it may (the
+        # streams limit) gets its run at once instead of a 429 for a run it has made.
+        release = s.streams.take(key.id) if wait else None
+    except StreamsExceeded:
+        release = None
+    if release is None:
+        s.worker.take(run)
+        return JSONResponse(run_json(run), status_code=202)
+    try:
+        with s.store.notifier.subscribe(run.id) as sub:
+            # Subscribed before the run is handed on, so its end is heard; a queued run (ours,
+            # just made, or an earlier one an Idempotency-Key named) needs no second read.
+            s.worker.take(run)
+            read = run.status != "queued"
+            run = await finished_within(s.store, key, run, sub, wait, read=read)
+    finally:
+        release()
+    if not run.finished:
+        return JSONResponse(run_json(run), status_code=202)
+    return JSONResponse({**run_json(run), "children": await child_ids(s.store, run)})
 
 
 @router.get("", response_model=RunPage)
@@ -108,23 +140,34 @@ async def get(
     store = s.store
     run = await owned_run(store, run_id, key)
     if wait and not run.finished:
-        with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
-            run = await _until_finished(store, run_id, key, wait)
-    return {**run_json(run), "children": [c.id for c in await store.children(run_id)]}
+        # A long-poll holds a connection as a stream does.
+        with s.streams.hold(key.id), store.notifier.subscribe(run_id) as sub:
+            run = await finished_within(store, key, run, sub, wait)  # subscribed, then read
+    return {**run_json(run), "children": await child_ids(store, run)}
 
 
-async def _until_finished(store: Store, run_id: str, key: ApiKey, wait: float) -> Run:
-    """The run once it finished, or as it is after ``wait`` seconds. Woken by the commit
-    notifier (in-process, and LISTEN/NOTIFY between replicas), not by polling; a re-read
-    every REREAD_S is the safety net for a lost notification."""
+async def finished_within(
+    store: Store, key: ApiKey, run: Run, sub: Subscription, wait: float, *, read: bool = True
+) -> Run:
+    """The run once it finished, or as it stands after ``wait`` seconds. Woken by the commit
+    notifier when a commit ends the run (in-process, and LISTEN/NOTIFY between replicas), not
+    by polling nor by its steps' commits; a re-read every REREAD_S is the safety net for a
+    lost notification. ``read``: read the run first (the subscription was taken after the
+    caller's read)."""
     deadline = time.monotonic() + wait
-    with store.notifier.subscribe(run_id) as sub:
-        heard = sub.seq
-        run = await owned_run(store, run_id, key)  # subscribed first: no commit missed
-        while not run.finished and (left := deadline - time.monotonic()) > 0:
-            heard = await sub.wait(heard, timeout=min(left, REREAD_S))
-            run = await owned_run(store, run_id, key)
+    if read:
+        run = await owned_run(store, run.id, key)
+    while not run.finished and (left := deadline - time.monotonic()) > 0:
+        if sub.finished:  # heard of its end, yet read before it: never a busy loop
+            await asyncio.sleep(min(left, SETTLE_S))
+        else:
+            await sub.until_finished(timeout=min(left, REREAD_S))
+        run = await owned_run(store, run.id, key)
     return run
+
+
+async def child_ids(store: Store, run: Run) -> list[str]:
+    return [c.id for c in await store.children(run.id)]
 
 
 @router.get("/{run_id}/events", response_model=EventPage)
