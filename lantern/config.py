@@ -105,7 +105,8 @@ class Settings:
     # LANTERN_METRICS=admin, read /metrics
     operator_workspace: str | None = None
     metrics_public: bool = True  # LANTERN_METRICS: "public" (default) or "admin"
-    rate_limit: float = 100.0  # LANTERN_RATE_LIMIT: requests per second per key (0: none)
+    # LANTERN_RATE_LIMIT: requests per second per key (0: none); docs/operations.md says why
+    rate_limit: float = 1000.0
     max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
     streams_per_key: int = 32  # LANTERN_STREAMS_PER_KEY: open streams and long-polls of a key
     body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
@@ -178,7 +179,7 @@ def smtp_url(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def _rate(env: Mapping[str, str]) -> float:
-    raw = env.get("LANTERN_RATE_LIMIT", "100")
+    raw = env.get("LANTERN_RATE_LIMIT", "1000")
     try:
         value = float(raw)
     except ValueError:

@@ -8,8 +8,10 @@ steps in flight finish within the grace period, releases leases and closes the s
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp
@@ -44,6 +46,17 @@ from lantern.server.routes import (
     workers,
 )
 from lantern.store.base import open_store
+
+
+def _telemetry() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry (from 0.165), which follows the tracer provider Lantern
+    installs: a span per HTTP request, kept (docs/observability.md); not its spans around
+    dependency resolution, the endpoint and serialization inside each request (five more per
+    request, a tenth of a short run's server time) nor its metrics (Lantern's are
+    Prometheus's)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"operation_spans": False, "metrics": False}}
 
 
 def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
@@ -121,6 +134,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         version=__version__,
         description="Durable execution for AI agents: the REST API of `lantern serve`.",
         lifespan=lifespan,
+        **_telemetry(),
     )
     problems.install(api)
     for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui, operate):
