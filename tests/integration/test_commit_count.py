@@ -98,7 +98,12 @@ async def test_a_code_first_step_costs_no_more_commits_than_today(store: Store) 
             return counts.writes - before[0], counts.others - before[1]
 
         await cost(1)  # the first drive of an agent reads its definition once
-        one, ten = await cost(1), await cost(STEPS)
+        # The least of three each: a lease renewal or another background write of the worker
+        # may land in one measurement on a loaded machine, never in every one.
+        ones = [await cost(1) for _ in range(3)]
+        tens = [await cost(STEPS) for _ in range(3)]
+        one = (min(c[0] for c in ones), min(c[1] for c in ones))
+        ten = (min(c[0] for c in tens), min(c[1] for c in tens))
 
     writes = (ten[0] - one[0]) / (STEPS - 1)
     others = (ten[1] - one[1]) / (STEPS - 1)
