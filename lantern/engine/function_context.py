@@ -40,6 +40,7 @@ from lantern.store.codec import dumps
 from lantern.store.records import RunUsage
 
 T = TypeVar("T")
+MAX_TO = 2048  # ctx.deliver_once(to=...): a URL or an address, as the deliveries table shows
 Draft = tuple[str, dict[str, Any], str | None, int | None]
 
 
@@ -210,15 +211,22 @@ class EngineContext(Context):
         data = {"type": "tool", "call": {"tool": name, "args": args}}
         return await self._perform(name, data, work, RetryPolicy(), None)
 
-    async def deliver_once(self, name: str, fn: Callable[[], Any]) -> Any:
+    async def deliver_once(
+        self, name: str, fn: Callable[[], Any], *, to: str | None = None
+    ) -> Any:
         self._drive("deliver_once")
+        if to is not None and (not isinstance(to, str) or not 0 < len(to) <= MAX_TO):
+            raise UsageError(
+                f"ctx.deliver_once({name!r}, to=...): where it goes is a string of 1 to"
+                f" {MAX_TO} characters"
+            )
         current = _CURRENT.get()
         if current is not None:  # a delivery of the step it is called in, as for tools
-            return await current.deliveries.once(name, fn)
+            return await current.deliveries.once(name, fn, kind="code", target=to)
         name = determinism.check_name(name, "ctx.deliver_once")
 
         async def work(a: _Attempt) -> Any:
-            return await a.deliveries.once(name, fn)
+            return await a.deliveries.once(name, fn, kind="code", target=to)
 
         return await self._perform(name, {"type": "delivery"}, work, RetryPolicy(), None)
 
@@ -584,8 +592,8 @@ class BlockingContext:
     def run_agent(self, name: str, input: Any) -> Any:
         return self._do(lambda: self._ctx.run_agent(name, input))
 
-    def deliver_once(self, name: str, fn: Callable[[], Any]) -> Any:
-        return self._do(lambda: self._ctx.deliver_once(name, fn))
+    def deliver_once(self, name: str, fn: Callable[[], Any], *, to: str | None = None) -> Any:
+        return self._do(lambda: self._ctx.deliver_once(name, fn, to=to))
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

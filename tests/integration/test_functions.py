@@ -371,7 +371,7 @@ async def test_model_tool_and_deliveries_are_steps_replayed_from_the_journal(
             delivered.append(ctx.step_id)
             return f"sent {len(keys)}"
 
-        sent = await ctx.deliver_once("mail", send)
+        sent = await ctx.deliver_once("mail", send, to="mailto:owls@example.com")
         return {"text": reply.text, "provider": reply.provider, "noted": noted, "sent": sent}
 
     run = await create_run(store, "writer", {"topic": "owls"}, app=app)
@@ -381,7 +381,9 @@ async def test_model_tool_and_deliveries_are_steps_replayed_from_the_journal(
     assert done.output["noted"]["noted"] == "about owls"
     assert done.output["sent"] == "sent 2" and delivered == ["mail"]
     assert done.usage.model_calls == 1
-    assert [d.name for d in await store.deliveries(run.id)] == ["mail"]
+    (mail,) = await store.deliveries(run.id)
+    # Listed as what it is, a delivery the code made, and where it went.
+    assert (mail.name, mail.kind, mail.target) == ("mail", "code", "mailto:owls@example.com")
     again = await drive(store, app, run.id)  # finished: nothing runs again
     assert again.output == done.output and delivered == ["mail"]
 
