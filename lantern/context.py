@@ -111,9 +111,7 @@ class Context(abc.ABC):
         its failure raises ``StepError``."""
 
     @abc.abstractmethod
-    async def deliver_once(
-        self, name: str, fn: Callable[[], Any], *, to: str | None = None
-    ) -> Any:
+    async def deliver_once(self, name: str, fn: Callable[[], Any], *, to: str | None = None) -> Any:
         """Make the delivery ``name`` at most once: inside a step, a claimed delivery of that
         step (as for tools); between steps, a step of its own named ``name``. ``fn`` may be
         sync or async. The run's deliveries list it with kind ``code`` and ``to`` (where it

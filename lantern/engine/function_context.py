@@ -211,9 +211,7 @@ class EngineContext(Context):
         data = {"type": "tool", "call": {"tool": name, "args": args}}
         return await self._perform(name, data, work, RetryPolicy(), None)
 
-    async def deliver_once(
-        self, name: str, fn: Callable[[], Any], *, to: str | None = None
-    ) -> Any:
+    async def deliver_once(self, name: str, fn: Callable[[], Any], *, to: str | None = None) -> Any:
         self._drive("deliver_once")
         if to is not None and (not isinstance(to, str) or not 0 < len(to) <= MAX_TO):
             raise UsageError(
