@@ -22,6 +22,7 @@ from lantern.engine.anomalies import signature
 from lantern.engine.drive import Drive, DriveHost, contained
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
+from lantern.engine.ledger import Attempt, Completed, Due, Exit, Failed, Retry, encoded, no_usage
 from lantern.engine.live import OnText
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
@@ -31,7 +32,6 @@ from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.observability import logs
-from lantern.store.codec import dumps, text_problem
 from lantern.store.records import NewEvent, Run, RunUpdate, RunUsage
 
 # The action, its attempt, and (a retry waiting out its backoff) when that attempt is due,
@@ -46,7 +46,6 @@ class Conversation(Drive):
         # A plain agent has no graph to pause at: a "pause" policy is recorded, not applied.
         super().__init__(host, run, anomalies=agent.anomalies, can_pause=False)
         self.agent = agent
-        self.retrying: dict[str, tuple[int, int]] = {}  # step -> (next attempt, due ms)
         self.policy = RetryPolicy.of({"retry": agent.retry}, "model")
         # The agent's limit, else the server's (LANTERN_STEP_TIMEOUT).
         self.timeout = host.step_timeout if agent.timeout_ms is None else agent.timeout_ms / 1000
@@ -56,7 +55,6 @@ class Conversation(Drive):
         return "llm" if step.startswith("llm:") else "tool"
 
     def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
-        self.retrying = dict(state.retrying)
         events, end, self._step = self._next()
         return events, end
 
@@ -74,11 +72,11 @@ class Conversation(Drive):
         if isinstance(action, turns.GiveUp):
             event, update = self.run_failed(action.error)
             return [event], update, None
-        retry = self.retrying.get(action.step)
-        if retry is not None and retry[0] > self.attempts.get(action.step, 0):
-            return [], None, (action, *retry)  # a backoff the crash cut short
-        if action.step in self.attempts:  # in flight at a crash: same attempt, same key
-            return [], None, (action, self.attempts[action.step], None)
+        entry = self.ledger.enter(action.step)
+        if isinstance(entry, Due):  # a backoff the crash cut short
+            return [], None, (action, entry.attempt, entry.due_ms)
+        if isinstance(entry, Attempt) and not entry.start:  # in flight at a crash: same key
+            return [], None, (action, entry.attempt, None)
         return [self.start(action.step, 1, _start_data(action))], None, (action, 1, None)
 
     def _interruptible(self, action: turns.CallModel | turns.CallTool) -> bool:
@@ -117,12 +115,19 @@ class Conversation(Drive):
         if exc is not None and not isinstance(exc, StepError):
             raise exc
         outcome = exc if exc is not None else task.result()
-        if not isinstance(outcome, StepError):
-            usage = journal_usage if model else _no_usage
-            outcome = self.complete(action.step, attempt, outcome, usage)
-        if isinstance(outcome, StepError):
-            return await self._failed(action, attempt, outcome)
-        events = [outcome]
+        # A tool call's failure goes back to the model; only a model turn, or a tool call
+        # whose server was down, is retried (under the agent's policy).
+        retried = model or isinstance(outcome, ToolUnavailable)
+        done = self.settle(
+            action.step,
+            attempt,
+            outcome,
+            self.policy if retried else _NEVER,
+            journal_usage if model else no_usage,
+        )
+        if not isinstance(done.next, Completed):
+            return await self._failed(action, done)
+        events = done.events
         self.ensure_live()
         if self.cancelled.is_set():
             await self.cancel(events, (), waited)  # with what did complete
@@ -148,24 +153,17 @@ class Conversation(Drive):
             return [signature(action.step, _start_data(action))]
         return []
 
-    async def _failed(
-        self, action: turns.CallModel | turns.CallTool, attempt: int, exc: StepError
-    ) -> Step | None:
-        """A model turn, or a tool call whose server was down, retried under the agent's
-        policy (its backoff journaled, so it survives a crash), or the run's failure."""
-        retried = isinstance(action, turns.CallModel) or isinstance(exc, ToolUnavailable)
-        policy = self.policy if retried else _NEVER
-        event, retry = self.failure(action.step, attempt, exc, policy)
-        if retry is None:
-            end, update = self.step_ended_run(action.step, exc)
-            await self.commit([event, end], update)
+    async def _failed(self, action: turns.CallModel | turns.CallTool, done: Exit) -> Step | None:
+        """A retry (its backoff journaled, so it survives a crash), or the run's failure."""
+        if isinstance(done.next, Failed):
+            end, update = self.step_ended_run(action.step, done.next.error)
+            await self.commit([*done.events, end], update)
             return None
-        _, next_attempt, due = retry
-        self.retrying[action.step] = (next_attempt, due)
-        await self.commit([event])
+        assert isinstance(done.next, Retry)
+        await self.commit(done.events)
         if self.host.stopping.is_set():
             return None
-        return action, next_attempt, due
+        return action, done.next.attempt, done.next.due_ms
 
     async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
         key = self.key(action.step, attempt)
@@ -251,13 +249,10 @@ class Conversation(Drive):
         except Exception as exc:
             logs.tool_raised(action.tool or "?", self.run.id, action.step, exc)
             return {"error": f"{type(exc).__name__}: {exc}"}
-        try:
-            problem = text_problem(dumps(result))
-        except (TypeError, ValueError) as exc:
-            problem = f"it is not JSON: {exc}"
-        if problem is not None:
-            problem = f"tool {action.tool!r} returned a value the journal cannot store: {problem}"
-            return {"error": problem}
+        problem = encoded(result)
+        if isinstance(problem, str):
+            unstorable = "returned a value the journal cannot store"
+            return {"error": f"tool {action.tool!r} {unstorable}: {problem}"}
         return result
 
 
@@ -266,10 +261,6 @@ def _start_data(action: turns.CallModel | turns.CallTool) -> dict[str, Any]:
     if isinstance(action, turns.CallModel):
         return {"type": "llm"}
     return {"type": "tool", "call": {"tool": action.tool, "args": dict(action.call.arguments)}}
-
-
-def _no_usage(_: Any) -> None:
-    return None
 
 
 # A tool call's failure goes back to the model; only a model turn is retried.

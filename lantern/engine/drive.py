@@ -13,18 +13,20 @@ workload's reports); how it journals what it does does not, and lives here:
 - **The fenced commit** (``commit``): one ``Append`` under the lease's epoch, its latency in
   ``lantern_journal_write_seconds``, its events counted by kind, the anomaly detector fed, the
   keeper told when the commit gave the lease up, and the app's commit listeners called.
-- **Steps**: ``start`` journals ``step_started`` (write-ahead: before the step is invoked);
-  ``perform`` runs the step's work as a task through ``observed`` (its span, current while it
-  runs so ``traceparent`` rides on its requests; its duration and model usage) within its
-  step timeout; ``complete`` journals its output (exactly what a replay reads back, or a
-  ``StepError`` when the journal cannot store it); ``failure`` journals a retry with its due
-  time (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
+- **Steps**, decided by the run's step ledger (``self.ledger``, ``lantern.engine.ledger``:
+  pure, folded from the journal and from every event this drive makes): ``start`` journals
+  ``step_started`` (write-ahead: before the step is invoked); ``perform`` runs the step's
+  work as a task through ``observed`` (its span, current while it runs so ``traceparent``
+  rides on its requests; its duration and model usage) within its step timeout; ``settle``
+  asks the ledger what the attempt's outcome makes: its output (exactly what a replay reads
+  back, or a failure when the journal cannot store it), a retry with its due time
+  (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
   failure; ``run_failed``, ``step_ended_run``, ``succeeded`` and ``cancel`` end the run.
   ``key`` and ``deliveries`` give a step attempt its idempotency key and its claimed
   deliveries, fenced by the drive's lease.
-- **Anomalies** (``anomalies``): journal what the detector finds and apply its policy
-  (record; fail the run; pause at an implicit approval ``anomaly:<kind>`` for kinds of run
-  that can park, recorded only for the others).
+- **Anomalies** (``anomalies``): the detector finds them, the ledger journals them and
+  applies each policy (record; fail the run; pause at an implicit approval
+  ``anomaly:<kind>`` for kinds of run that can park, recorded only for the others).
 - **The lease** (``under_lease``): won with the opening commit or by a claim, renewed by the
   keeper (which also sees a cancellation request) while the drive executes, handed on at once
   on a clean stop; ``ensure_live``: a lost or unrenewed lease stops the drive before it
@@ -33,10 +35,10 @@ workload's reports); how it journals what it does does not, and lives here:
 Extension surface (how a new kind of run plugs in): subclass ``Drive`` and implement
 
 - ``step_type(step)``: the step's type for spans and metrics (``lantern.node_type``);
-- ``plan(state)``: called once the opening events are written (``self.outputs`` and
-  ``self.attempts`` hold the journal's view): journal the steps this drive starts first
-  (``self.start``) and return ``(events, update)``, ``update`` being the run's end when it
-  ends at once;
+- ``plan(state)``: called once the opening events are made (``self.ledger`` holds the
+  journal's view; ``self.outputs``, ``self.attempts`` and ``self.waiting`` read it):
+  journal the steps this drive starts first (``self.start``) and return ``(events,
+  update)``, ``update`` being the run's end when it ends at once;
 - ``proceed()``: run from there to the end (``self.final`` set by the commit that ended the
   run) or to a stop, using the primitives above and nothing else to touch the journal;
 
@@ -44,13 +46,13 @@ optionally ``opening_steps()`` (events a fresh run journals right after ``run_st
 as a graph's trigger). Pass ``can_pause=False`` when the kind has nowhere to park. Then let
 ``Runner`` pick the new drive for its kind of agent (``runner._new_drive``).
 
-A code-first function's drive (``ctx.step(name, fn)``): a step in ``self.outputs`` returns its
-journaled output without running; otherwise ``commit([start(...)])``, ``perform(...)``, then
-``commit([complete(...)])`` or, on a StepError, ``failure(...)`` (a retry: ``backoff`` and
-go again; none: ``step_ended_run``). A microVM workload's drive turns each step the VM
-reports into the same calls, so a VM never writes the journal itself and every kind of run
-gets the same spans, counters, fencing and recovery. ``DriveHost`` is all a drive knows of
-the process it runs in, so no drive imports the runner (import-linter checks it).
+A code-first function's drive (``ctx.step(name, fn)``) asks ``ledger.enter`` what to do
+(replay, raise, run attempt k with its key, wait out a due retry, nondeterminism), then
+``commit([start(...)])``, ``perform(...)`` and ``settle(...)``. A microVM workload's drive
+turns each step the VM reports into the same calls, so a VM never writes the journal itself
+and every kind of run gets the same spans, counters, fencing and recovery. ``DriveHost`` is
+all a drive knows of the process it runs in, so no drive imports the runner (import-linter
+checks it).
 """
 
 from __future__ import annotations
@@ -60,7 +62,6 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import suppress
 from typing import Any, Protocol
 
 import httpx
@@ -69,16 +70,15 @@ from lantern.app import App
 from lantern.effects.claims import Deliveries
 from lantern.engine import commits
 from lantern.engine import events as ev
-from lantern.engine.anomalies import Anomaly, Detector, RetryRates
+from lantern.engine.anomalies import Detector, RetryRates
 from lantern.engine.cancel import finish_if_free
 from lantern.engine.commits import WriteHealth
-from lantern.engine.journal import EventWriter, RunState, fold, recovery
+from lantern.engine.journal import RunState, recovery
 from lantern.engine.leases import LeaseKeeper
-from lantern.engine.ledger import storable
+from lantern.engine.ledger import Exit, Ledger, Usage, no_usage
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError, StoreError
-from lantern.ids import idempotency_key
 from lantern.models.registry import Models
 from lantern.nodes.base import Noted
 from lantern.observability import metrics, tracing
@@ -113,9 +113,6 @@ class DriveHost(Protocol):
         """The workspace's secrets, opened, for a step that dispatches now (docs/security.md)."""
         ...
 
-
-# A retry waiting out its backoff: (step, the attempt to start, when it is due in epoch ms).
-Retry = tuple[str, int, int]
 
 log = logging.getLogger("lantern.runner")
 
@@ -191,10 +188,8 @@ class Drive(ABC):
         self.host = host
         self.run = run
         self.lease = Lease(run.id, host.worker_id, 0)  # the real one comes with execute()
-        self.writer = EventWriter(run.id)
-        self.outputs: dict[str, Any] = {}
-        self.attempts: dict[str, int] = {}  # step -> the attempt last started
-        self.waiting: dict[str, dict[str, Any]] = {}  # parked steps: step_waiting data
+        # What the journal holds and what follows from it (built again at the opening).
+        self.ledger = Ledger(run.id)
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
         self._opened = False  # begin() journaled the opening
@@ -203,9 +198,26 @@ class Drive(ABC):
                 k: {**v, "policy": "fail" if v["policy"] == "fail" else "record"}
                 for k, v in anomalies.items()
             }
+        self.can_pause = can_pause
         self.detector = Detector(run.workspace, dict(anomalies), host.retry_rates, self._baseline)
         if run.cancel_requested:
             self.cancelled.set()
+
+    # The ledger's view, by the names every drive uses.
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return self.ledger.outputs
+
+    @property
+    def attempts(self) -> dict[str, int]:
+        """step -> the attempt last started."""
+        return self.ledger.attempts
+
+    @property
+    def waiting(self) -> dict[str, dict[str, Any]]:
+        """Parked steps: their step_waiting data."""
+        return self.ledger.waiting
 
     # -- what a kind of run decides --------------------------------------------------------
 
@@ -229,7 +241,8 @@ class Drive(ABC):
 
     async def begin(self) -> Lease | None:
         """Lease a never-started run and journal its opening, in one transaction."""
-        events, update = self._open(RunState())
+        self.ledger = Ledger(self.run.id)
+        events, update = self._open()
         lease = await self.host.store.start_run(
             self.run.id,
             self.host.worker_id,
@@ -249,24 +262,25 @@ class Drive(ABC):
         if not self._opened:
             if state is None:
                 journal = await self.host.store.events(self.run.id, blobs=True)
-                state = fold(journal)
+                self.ledger = Ledger.fold(self.run.id, journal)
                 self.detector.replay(journal)
-            if state.terminal is not None:
+            else:
+                self.ledger = Ledger(self.run.id)
+            if self.ledger.state.terminal is not None:
                 return
             if self.cancelled.is_set():
-                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
                 await self.cancel([])
                 return
-            events, update = self._open(state)
+            events, update = self._open()
             await self.commit(events, update)
         if self.final is None:
             await self.proceed()
 
-    def _open(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
-        self.writer = w = EventWriter(self.run.id, state.last_seq, state.last_hash)
-        self.outputs = dict(state.outputs)
-        self.attempts = dict(state.attempts)
-        self.waiting = dict(state.waiting)
+    def _open(self) -> tuple[list[NewEvent], RunUpdate | None]:
+        """The opening events for the journal the ledger holds, and the steps ``plan`` starts
+        (planned from the journal as it was, before the opening)."""
+        w = self.ledger
+        state = w.state
         update: RunUpdate | None
         if state.started and self.run.status == "waiting":
             # Woken from a park (a decision, a child's end, a timeout): not a recovery.
@@ -274,15 +288,16 @@ class Drive(ABC):
             update = RunUpdate("running")
         elif state.started:
             metrics.RECOVERIES.inc()
+            before, recoveries = state.worker, state.recoveries  # the event folds in below
+            replayed = [
+                (s, self.step_type(s), state.attempts.get(s, 1)) for s in sorted(state.outputs)
+            ]
             event, failed = recovery(
                 w, state, self.host.worker_id, self.lease.epoch, self.host.max_recoveries
             )
             if failed is not None:
                 return [event], failed
-            replayed = [
-                (s, self.step_type(s), state.attempts.get(s, 1)) for s in sorted(state.outputs)
-            ]
-            tracing.recovered(self.run.id, replayed, state.worker, state.recoveries + 1)
+            tracing.recovered(self.run.id, replayed, before, recoveries + 1)
             events, update = [event], None
         else:
             events = [w.event(ev.RUN_STARTED, {"worker": self.host.worker_id})]
@@ -347,12 +362,12 @@ class Drive(ABC):
 
     def start(self, step: str, attempt: int, data: Mapping[str, Any] | None = None) -> NewEvent:
         """``step_started`` of ``(step, attempt)``; commit it before the step is invoked."""
-        self.attempts[step] = attempt
-        body = {"type": self.step_type(step)} if data is None else dict(data)
-        return self.writer.event(ev.STEP_STARTED, body, step_id=step, attempt=attempt)
+        return self.ledger.start(
+            step, attempt, {"type": self.step_type(step)} if data is None else data
+        )
 
     def key(self, step: str, attempt: int) -> str:
-        return idempotency_key(self.run.id, step, attempt)
+        return self.ledger.key(step, attempt)
 
     def deliveries(self, step: str, attempt: int) -> Deliveries:
         """The claimed deliveries of one step attempt, fenced by this drive's lease."""
@@ -376,66 +391,43 @@ class Drive(ABC):
             )
         )
 
-    def complete(
-        self, step: str, attempt: int, value: Any, usage: Callable[[Any], dict[str, Any] | None]
-    ) -> NewEvent | StepError:
-        """``step_completed`` with the step's output, which later steps then see exactly as a
-        replay reads it back; a StepError when the journal cannot store it (canonical JSON,
-        the hash chain, refuses what JSON cannot carry exactly, such as integers past 2^53)."""
-        found = storable(step, value)  # the one output check (size, depth, JSON)
-        if isinstance(found, StepError):
-            return found
-        output, body = found
-        try:
-            event = self.writer.completed(step, attempt, output, body, usage=usage(output))
-        except (TypeError, ValueError) as err:  # the hash chain's canonical JSON refused it
-            return StepError(
-                f"step {step!r} returned a value the journal cannot store: it is not JSON: {err}",
-                error_class="tool",
-            )
-        self.outputs[step] = output
-        return event
+    def settle(
+        self,
+        step: str,
+        attempt: int,
+        outcome: Any,
+        policy: RetryPolicy,
+        usage: Usage = no_usage,
+    ) -> Exit:
+        """How a step attempt ended (its value or a StepError), decided by the ledger: its
+        ``step_completed`` (the output exactly as a replay reads it back, or a failure when
+        the journal cannot store it), ``step_retrying`` with when the next attempt is due
+        (which survives a crash) or ``step_failed`` when the policy gives up."""
+        return self.ledger.exit(step, attempt, outcome, policy, usage=usage)
 
-    def failure(
-        self, step: str, attempt: int, error: StepError, policy: RetryPolicy
-    ) -> tuple[NewEvent, Retry | None]:
-        """A failed attempt: ``step_retrying`` with when the next is due (which survives a
-        crash), or ``step_failed`` when the policy gives up (then end the run)."""
-        if policy.retries(error, attempt):
-            delay = policy.delay_ms(attempt)
-            due = int(time.time() * 1000) + delay
-            data = {
-                "attempt": attempt + 1,
-                "of": policy.max_attempts,
-                "error": error.to_json(),
-                "delayMs": delay,
-                "dueAt": due,
-            }
-            event = self.writer.event(ev.STEP_RETRYING, data, step_id=step, attempt=attempt + 1)
-            return event, (step, attempt + 1, due)
-        data = {"error": error.to_json()}
-        return self.writer.event(ev.STEP_FAILED, data, step_id=step, attempt=attempt), None
-
-    async def backoff(self, due_ms: int) -> bool:
+    async def backoff(self, due_ms: int, halt: asyncio.Event | None = None) -> bool:
         """Wait out a retry's backoff until its journaled due time (after a crash too);
-        False when a cancellation request came first."""
-        with suppress(TimeoutError):
-            await asyncio.wait_for(self.cancelled.wait(), max(0.0, due_ms / 1000 - time.time()))
-        return not self.cancelled.is_set()
+        False when a cancellation request (or ``halt``) came first."""
+        stops = [self.cancelled] if halt is None else [self.cancelled, halt]
+        waits = [asyncio.ensure_future(e.wait()) for e in stops]
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, due_ms / 1000 - time.time()))
+        finally:
+            for w in waits:
+                w.cancel()
+        return not any(e.is_set() for e in stops)
 
     # -- the run's end ---------------------------------------------------------------------
 
     def succeeded(self, output: Any) -> tuple[NewEvent, RunUpdate]:
-        return self.writer.event(ev.RUN_SUCCEEDED, {"output": output}), RunUpdate(
-            "succeeded", output=output
-        )
+        return self.ledger.succeeded(output)
 
     def run_failed(self, error: dict[str, Any]) -> tuple[NewEvent, RunUpdate]:
-        return self.writer.event(ev.RUN_FAILED, {"error": error}), RunUpdate("failed", error=error)
+        return self.ledger.run_failed(error)
 
     def step_ended_run(self, step: str, error: StepError) -> tuple[NewEvent, RunUpdate]:
         """The run fails because ``step`` failed for good."""
-        return self.run_failed(ev.step_failed_error(step, error.to_json()))
+        return self.ledger.step_ended_run(step, error)
 
     async def cancel(
         self,
@@ -452,11 +444,8 @@ class Drive(ABC):
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
-        data: dict[str, Any] = {"by": "request"}
-        if uninterruptible:
-            data["uninterruptible"] = sorted(uninterruptible)
-        events.append(self.writer.event(ev.RUN_CANCELLED, data))
-        await self.commit(events, RunUpdate("cancelled", error=ev.CANCELLED))
+        event, update = self.ledger.cancelled(uninterruptible)
+        await self.commit([*events, event], update)
 
     def waits_for_thread(self, steps: Sequence[str]) -> None:
         """Say, in the log, that a cancellation waits for sync tools running in threads."""
@@ -476,32 +465,13 @@ class Drive(ABC):
         start (their signatures) raise, applying each policy: the run's failure when one
         fails it, and whether one paused it (an implicit approval ``anomaly:<kind>``)."""
         found = await self.detector.check(events, starting)
-        error: dict[str, Any] | None = None
-        paused = False
-        for a in found:
-            events.append(self._anomaly(a))
-            if a.policy == "fail" and error is None:
-                error = ev.anomaly_error(a.kind, a.detail)
-            elif a.policy == "pause":
-                paused = True
-                step = f"anomaly:{a.kind}"
-                wait = {
-                    "kind": "approval",
-                    "anomaly": a.kind,
-                    "prompt": f"Anomaly {a.kind}: {a.detail}. Let the run go on?",
-                }
-                events.append(self.writer.event(ev.STEP_WAITING, wait, step_id=step, attempt=1))
-                self.waiting[step] = wait
-                self.attempts[step] = 1
+        more, error, paused = self.ledger.anomalies(found, can_pause=self.can_pause)
+        events += more
         if error is None:
             return None, paused
         event, failed = self.run_failed(error)  # the run's end is the commit's last event
         events.append(event)
         return failed, False
-
-    def _anomaly(self, a: Anomaly) -> NewEvent:
-        data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-        return self.writer.event(ev.ANOMALY_DETECTED, data)
 
     async def _baseline(self) -> Mapping[str, Sequence[Mapping[str, Any]]]:
         return await self.host.baseline(self.run.workspace, self.run.agent_name)

@@ -1,4 +1,4 @@
-"""The engine's ``lantern.Context``: each call a journaled step of a ``FunctionDrive``.
+"""The engine's ``lantern.Context``: each call a journaled step of a ``FunctionRun``.
 
 ``EngineContext`` is what an ``async def`` agent receives; a plain ``def`` agent runs on a
 worker thread and receives ``BlockingContext``, the same methods made blocking. The step a
@@ -20,24 +20,42 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from lantern.app import Approval, Context, ModelReply
+from lantern.app import Approval, CodeAgent, Context, ModelReply, ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import call_args, determinism, runs
+from lantern.engine import call_args, determinism
 from lantern.engine import events as ev
+from lantern.engine.children import start_child
+from lantern.engine.drive import DriveHost
 from lantern.engine.function_waits import resolved
-from lantern.engine.functions import FailedStep, FunctionDrive
+from lantern.engine.ledger import (
+    Attempt,
+    Completed,
+    Due,
+    Entry,
+    Exit,
+    Failed,
+    FailedStep,
+    Ledger,
+    Nondeterminism,
+    Parked,
+    Raise,
+    Replay,
+    Retry,
+    Usage,
+    no_usage,
+    step_error,
+)
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
-from lantern.errors import Conflict, LanternError, NotFound, StepError, UsageError
-from lantern.ids import child_run_id
+from lantern.errors import LanternError, StepError, UsageError
 from lantern.models import tools
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.models.tools import offered
 from lantern.store.codec import dumps
-from lantern.store.records import RunUsage
+from lantern.store.records import NewEvent, Run, RunUsage
 
 T = TypeVar("T")
 MAX_TO = 2048  # ctx.deliver_once(to=...): a URL or an address, as the deliveries table shows
@@ -50,6 +68,41 @@ class _Attempt:
     attempt: int
     key: str
     deliveries: Deliveries
+
+
+class FunctionRun(Protocol):
+    """What a Context uses of its run's drive (``functions.FunctionRun``): the ledger, the
+    step primitives of ``Drive``, and the function drive's queue of events to commit. A
+    Protocol, so this module does not import the drive that imports it."""
+
+    run: Run
+    host: DriveHost
+    agent: CodeAgent | None
+    ledger: Ledger
+    closed: bool
+    halt: asyncio.Event
+    pending: list[NewEvent]
+    parked: dict[str, dict[str, Any]]
+
+    def claim(self, name: str) -> tuple[str, Entry]: ...
+    def must_stop(self) -> bool: ...
+    async def stopped(self) -> Any: ...
+    def check_live(self) -> None: ...
+    async def emit(self, drafts: list[Draft]) -> None: ...
+    async def notice(self, events: list[NewEvent]) -> None: ...
+    def add(self, event: NewEvent) -> None: ...
+    async def durable(self) -> None: ...
+    def settle(
+        self, step: str, attempt: int, outcome: Any, policy: RetryPolicy, usage: Usage = ...
+    ) -> Exit: ...
+    async def backoff(self, due_ms: int, halt: asyncio.Event | None = None) -> bool: ...
+    def key(self, step: str, attempt: int) -> str: ...
+    def deliveries(self, step: str, attempt: int) -> Deliveries: ...
+    def perform(
+        self, step: str, attempt: int, work: Awaitable[Any], timeout: float | None = None
+    ) -> asyncio.Task[Any]: ...
+    def begin_attempt(self) -> None: ...
+    def end_attempt(self) -> None: ...
 
 
 _CURRENT: ContextVar[_Attempt | None] = ContextVar("lantern_step", default=None)
@@ -65,10 +118,10 @@ def _inside(what: str) -> _Attempt:
 
 
 class EngineContext(Context):
-    def __init__(self, drive: FunctionDrive) -> None:
+    def __init__(self, drive: FunctionRun) -> None:
         self._d = drive
 
-    def _drive(self, call: str) -> FunctionDrive:
+    def _drive(self, call: str) -> FunctionRun:
         if self._d.closed:
             raise UsageError(
                 f"ctx.{call}: this lantern.Context belongs to run {self._d.run.id}, whose drive"
@@ -148,7 +201,7 @@ class EngineContext(Context):
         budget = None if d.agent is None else d.agent.budget  # the pinned version's
 
         def spent() -> RunUsage:
-            return call_args.model_spent(d.outputs, d.types)
+            return call_args.model_spent(d.ledger.outputs, d.ledger.types)
 
         async def work(a: _Attempt) -> Any:
             request = ModelRequest(
@@ -285,21 +338,9 @@ class EngineContext(Context):
         name = determinism.check_name(name, "ctx.run_agent")
 
         async def wait(step: str, attempt: int) -> dict[str, Any]:
-            child = child_run_id(d.run.id, step, attempt)
-            try:
-                await runs.create_run(
-                    d.host.store,
-                    name,
-                    input,
-                    d.run.workspace,
-                    idempotency_key=f"subagent:{child}",
-                    run_id=child,
-                    parent_id=d.run.id,
-                    app=d.host.app,
-                )
-            except (NotFound, UsageError, Conflict) as exc:
-                raise StepError(f"sub-agent {name!r}: {exc}", error_class="tool") from exc
-            d.host.on_queued()
+            child = d.ledger.child_id(step, attempt)
+            h = d.host
+            await start_child(h.store, h.app, d.run, child, name, input, h.on_queued)
             return {"kind": "subagent", "agentName": name, "childRunId": child}
 
         return await self._wait(name, {"type": "subagent", "agentName": name}, wait)
@@ -314,58 +355,45 @@ class EngineContext(Context):
         policy: RetryPolicy,
         limit: float | None,
         *,
-        usage: Callable[[Any], dict[str, Any] | None] | None = None,
+        usage: Usage = no_usage,
     ) -> Any:
         d = self._d
         _not_nested(name)
-        step = d.claim(name)
+        step, entry = d.claim(name)
         if d.must_stop():
             await d.stopped()
-        if step in d.outputs:
-            return d.outputs[step]
-        if step in d.errors:
-            raise FailedStep(step, d.errors[step])
-        due: int | None = None
-        if step in d.retrying:  # a backoff a crash or a park cut short
-            attempt, due = d.retrying[step]
-            start = True
-        elif step in d.attempts:  # in flight at a crash: the same attempt, the same key
-            attempt, start = d.attempts[step], False
-        else:
-            attempt, start = 1, True
+        if isinstance(entry, Replay):
+            return entry.output
+        if isinstance(entry, Raise):
+            raise FailedStep(step, entry.error)
+        assert not isinstance(entry, Nondeterminism)  # claim() has stopped the function
+        attempt = entry.attempt
+        due = entry.due_ms if isinstance(entry, Due) else None
+        start = isinstance(entry, Due) or (isinstance(entry, Attempt) and entry.start)
         while True:
-            if due is not None:
-                await self._until(due)
+            if due is not None:  # a retry's backoff, after a crash or a park too
+                await d.backoff(due, d.halt)
+                if d.must_stop():
+                    await d.stopped()
             if start:
-                d.retrying.pop(step, None)
-                d.attempts[step] = attempt
-                if step not in d.order:
-                    d.order.append(step)
                 await d.emit([(ev.STEP_STARTED, data, step, attempt)])
             await d.durable()
             if d.must_stop():
                 await d.stopped()
             d.check_live()
             outcome = await self._attempt(step, attempt, work, limit)
-            if not isinstance(outcome, StepError):
-                done = d.complete(step, attempt, outcome, usage or _no_usage)
-                if not isinstance(done, StepError):
-                    d.add(done)
-                    await d.notice([done])  # a cost or token spike
-                    return d.outputs[step]
-                outcome = done
-            event, retry = d.failure(step, attempt, outcome, policy)
-            d.pending.append(event)
-            await d.notice([event])  # a retry storm
-            if retry is not None:
-                _, attempt, due = retry
-                d.retrying[step] = (attempt, due)
-                start = True
+            done = d.settle(step, attempt, outcome, policy, usage)
+            if isinstance(done.next, Completed):
+                d.add(done.events[-1])
+                await d.notice(done.events)  # a cost or token spike
+                return done.next.output
+            d.pending.extend(done.events)
+            await d.notice(done.events)  # a retry storm
+            if isinstance(done.next, Retry):
+                attempt, due, start = done.next.attempt, done.next.due_ms, True
                 continue
-            error = outcome.to_json()
-            d.errors[step] = error
             await d.durable()
-            raise FailedStep(step, error)
+            raise FailedStep(step, done.next.error.to_json())
 
     async def _attempt(
         self,
@@ -390,23 +418,10 @@ class EngineContext(Context):
             return exc
         except LanternError:
             raise  # a lost lease, a store failure: not the step's
-        except Exception as exc:  # the user's function raised: retryable, as in Temporal
-            message = " ".join(f"{type(exc).__name__}: {exc}".split())
-            return StepError(message, error_class="tool", retryable=True)
+        except Exception as exc:  # the user's function raised
+            return step_error(exc)
         finally:
             d.end_attempt()
-
-    async def _until(self, due_ms: int) -> None:
-        """Wait out a backoff; a park or a stop meanwhile leaves it to the next drive."""
-        d = self._d
-        delay = max(0.0, due_ms / 1000 - time.time())
-        halt = asyncio.ensure_future(d.halt.wait())
-        try:
-            await asyncio.wait([halt], timeout=delay)
-        finally:
-            halt.cancel()
-        if d.must_stop():
-            await d.stopped()
 
     async def _wait(
         self,
@@ -416,21 +431,21 @@ class EngineContext(Context):
     ) -> Any:
         d = self._d
         _not_nested(name)
-        step = d.claim(name)
+        step, entry = d.claim(name)
         if d.must_stop():
             await d.stopped()
-        if step in d.outputs:
-            return d.outputs[step]
-        if step in d.errors:
-            raise FailedStep(step, d.errors[step])
-        wait = d.waiting.get(step)
-        if wait is None:
+        if isinstance(entry, Replay):
+            return entry.output
+        if isinstance(entry, Raise):
+            raise FailedStep(step, entry.error)
+        assert not isinstance(entry, Nondeterminism)  # claim() has stopped the function
+        if isinstance(entry, Parked):
+            wait = entry.wait
+        else:
             drafts: list[Draft] = []
-            attempt = d.attempts.get(step)
-            if attempt is None:
-                attempt = d.attempts[step] = 1
-                d.order.append(step)
-                drafts.append((ev.STEP_STARTED, data, step, 1))
+            attempt = entry.attempt
+            if isinstance(entry, Attempt) and entry.start:
+                drafts.append((ev.STEP_STARTED, data, step, attempt))
             if data["type"] == "subagent":  # the start is durable before the child exists
                 await d.emit(drafts)
                 drafts = []
@@ -441,11 +456,9 @@ class EngineContext(Context):
             except StepError as exc:
                 error = exc.to_json()
                 await d.emit([*drafts, (ev.STEP_FAILED, {"error": error}, step, attempt)])
-                d.errors[step] = error
                 await d.durable()
                 raise FailedStep(step, error) from None
             await d.emit([*drafts, (ev.STEP_WAITING, wait, step, attempt)])
-            d.waiting[step] = wait
             await d.durable()
         found = await resolved(d.host.store, d.run.id, step, wait)
         if found is None:
@@ -453,29 +466,17 @@ class EngineContext(Context):
             d.halt.set()
             await d.stopped()
         assert found is not None
-        resumed, outcome = found
-        d.waiting.pop(step, None)
-        attempt = d.attempts.get(step, 1)
-        if isinstance(outcome, StepError):
-            error = outcome.to_json()
-            await d.emit(
-                [
-                    (ev.STEP_RESUMED, resumed, step, attempt),
-                    (ev.STEP_FAILED, {"error": error}, step, attempt),
-                ]
-            )
-            d.errors[step] = error
-            await d.durable()
-            raise FailedStep(step, error)
-        await d.emit([(ev.STEP_RESUMED, resumed, step, attempt)])
-        done = d.complete(step, attempt, outcome, _no_usage)
-        assert not isinstance(done, StepError), "a decision or a child's output is JSON"
-        d.add(done)
-        return d.outputs[step]
-
-
-def _no_usage(output: Any) -> None:
-    return None
+        done = d.ledger.resumed(step, *found)
+        if isinstance(done.next, Completed):
+            d.pending.extend(done.events[:-1])
+            d.add(done.events[-1])
+            await d.notice(done.events[:-1])
+            return done.next.output
+        assert isinstance(done.next, Failed)  # a wait is never retried
+        d.pending.extend(done.events)
+        await d.notice(done.events)
+        await d.durable()
+        raise FailedStep(step, done.next.error.to_json())
 
 
 def _not_nested(name: str) -> None:
@@ -487,9 +488,7 @@ def _not_nested(name: str) -> None:
         )
 
 
-def _tool_context(d: FunctionDrive, a: _Attempt) -> Any:
-    from lantern.app import ToolContext
-
+def _tool_context(d: FunctionRun, a: _Attempt) -> ToolContext:
     return ToolContext(d.run.id, a.step, a.attempt, a.key, a.deliveries.once, d.run.workspace)
 
 

@@ -27,7 +27,6 @@ A replica whose App does not have the run's pinned version leaves the run: it jo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -37,12 +36,14 @@ from lantern.app import CodeAgent
 from lantern.engine import code_input, determinism
 from lantern.engine import events as ev
 from lantern.engine.anomalies import settings, signature
-from lantern.engine.code_agents import RUN_PARKED, CodeSpec, pinned_version
+from lantern.engine.code_agents import CodeSpec
 from lantern.engine.drive import Drive, DriveHost
-from lantern.engine.journal import EventWriter, RunState, fold
-from lantern.errors import LeaseLost, StepError, UsageError
-from lantern.store.codec import dumps, text_problem
-from lantern.store.records import TERMINAL, Event, Lease, NewEvent, Run, RunUpdate
+from lantern.engine.function_context import BlockingContext, EngineContext
+from lantern.engine.function_waits import resolved
+from lantern.engine.journal import RunState
+from lantern.engine.ledger import Entry, FailedStep, Ledger, Nondeterminism, encoded
+from lantern.errors import LeaseLost, UsageError
+from lantern.store.records import TERMINAL, Lease, NewEvent, Run, RunUpdate
 
 log = logging.getLogger("lantern.functions")
 
@@ -54,19 +55,6 @@ INVALID_INPUT = "invalid_input"
 INVALID_OUTPUT = "invalid_output"
 
 
-class FailedStep(StepError):
-    """A step that failed for good, raised into the function: catch it to go on without it."""
-
-    def __init__(self, step: str, error: dict[str, Any]) -> None:
-        super().__init__(
-            str(error.get("message", "the step failed")),
-            error_class=error.get("class", "tool"),
-            retryable=bool(error.get("retryable", False)),
-        )
-        self.step = step
-        self.error = error
-
-
 class FunctionDrive(Drive):
     """One drive of one code-first run: the function decides, ``Drive`` journals."""
 
@@ -75,11 +63,6 @@ class FunctionDrive(Drive):
         super().__init__(host, run, anomalies=settings({}), can_pause=False)
         self.spec = spec
         self.agent: CodeAgent | None = host.app.agents.get(run.agent_name)
-        # What the journal holds beyond Drive's view (and, as the drive goes on, what it adds).
-        self.order: list[str] = []  # step ids in the order they were first started
-        self.errors: dict[str, dict[str, Any]] = {}
-        self.retrying: dict[str, tuple[int, int]] = {}
-        self.types: dict[str, str] = {}  # step -> its type (step, llm, tool, sleep, ...)
         self.names = determinism.StepNames()
         # Commits: events wait in ``pending`` until a caller needs them durable.
         self.pending: list[NewEvent] = []
@@ -113,7 +96,7 @@ class FunctionDrive(Drive):
     # -- what Drive asks of a kind of run --------------------------------------------------
 
     def step_type(self, step: str) -> str:
-        return self.types.get(step, "step")
+        return self.ledger.types.get(step, "step")
 
     def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         return [], None  # nothing starts before the function asks for it
@@ -128,10 +111,11 @@ class FunctionDrive(Drive):
             return None  # not ours to start: execute() under an ordinary lease leaves it
         if not self._start_function():  # bad input: proceed() fails the run after the opening
             lease = await super().begin()
-            self._durable_seq = self.writer.seq
+            self._durable_seq = self.ledger.seq
             return lease
         assert self._task is not None
-        events, update = self._open(RunState())
+        self.ledger = Ledger(self.run.id)
+        events, update = self._open()
         self._opening = (events, update)
         loop = asyncio.get_running_loop()
         self._wants_lease = loop.create_future()
@@ -178,23 +162,22 @@ class FunctionDrive(Drive):
         self.lease = lease
         try:
             if not self._opened:
-                journal: list[Event] = []
                 if state is None:
                     journal = await self.host.store.events(self.run.id, blobs=True)
-                    state = fold(journal)
+                    self.ledger = Ledger.fold(self.run.id, journal)
                     self.detector.replay(journal)
-                if state.terminal is not None:
+                else:
+                    self.ledger = Ledger(self.run.id)
+                if self.ledger.state.terminal is not None:
                     return
-                self._learn(journal, state)
-                self.writer = EventWriter(self.run.id, state.last_seq, state.last_hash)
                 if self.cancelled.is_set():
                     await self.cancel([])
                     return
-                self._pinned = pinned_version(self.spec, journal)
+                self._pinned = self.ledger.pinned or self.spec.version
                 if self.agent is None or self.agent.version != self._pinned:
                     await self._leave()
                     return
-                events, update = self._open(state)
+                events, update = self._open()
                 if update is not None and update.status in TERMINAL:
                     await self.commit(events, update)  # recovery exhausted: nothing to run
                     return
@@ -210,15 +193,6 @@ class FunctionDrive(Drive):
                 if task is not None:
                     task.cancel()
 
-    def _learn(self, journal: list[Event], state: RunState) -> None:
-        self.order = list(state.attempts)
-        self.retrying = dict(state.backing_off)
-        for e in journal:
-            if e.kind == ev.STEP_FAILED and e.step_id is not None:
-                self.errors[e.step_id] = dict(e.data.get("error") or {})
-            elif e.kind == ev.STEP_STARTED and e.step_id:
-                self.types[e.step_id] = str(e.data.get("type", "step"))
-
     async def _leave(self) -> None:
         """This replica lacks the run's version: park the run until one that has it adopts
         it (or an operator moves it to another version)."""
@@ -229,7 +203,7 @@ class FunctionDrive(Drive):
             "worker": self.host.worker_id,
             "workerVersion": have,
         }
-        event = self.writer.event(RUN_PARKED, data)
+        event = self.ledger.event(ev.RUN_PARKED, data)
         await self.commit([event], RunUpdate("waiting", waiting_for=self._pinned))
         log.warning(
             "run %s needs version %s of agent %s; this replica has %s: leaving it",
@@ -250,8 +224,6 @@ class FunctionDrive(Drive):
         except UsageError as exc:
             self.invalid = {"code": INVALID_INPUT, "message": str(exc)}
             return False
-        from lantern.engine.function_context import BlockingContext, EngineContext
-
         ctx = EngineContext(self)
         work: Awaitable[Any]
         if self.agent.blocking:
@@ -323,8 +295,7 @@ class FunctionDrive(Drive):
             await self.durable()
 
     def _cancelled(self) -> tuple[NewEvent, RunUpdate]:
-        event = self.writer.event(ev.RUN_CANCELLED, {"by": "request"})
-        return event, RunUpdate("cancelled", error=ev.CANCELLED)
+        return self.ledger.cancelled()
 
     async def _returned(self, task: asyncio.Future[Any]) -> None:
         exc = task.exception()
@@ -336,25 +307,20 @@ class FunctionDrive(Drive):
             error = self._error_of(exc)
             await self._end(lambda: self.run_failed(error))
             return
-        found = determinism.unfinished(self.order, self.names.position)
+        found = determinism.unfinished(self.ledger.order, self.names.position)
         if found is not None:
             mismatch = found.error()
             await self._end(lambda: self.run_failed(mismatch))
             return
-        value = task.result()
-        try:
-            body = dumps(value)
-            problem = text_problem(body)
-        except (TypeError, ValueError) as err:
-            problem = f"it is not JSON: {err}"
-        if problem is not None:
+        stored = encoded(task.result())
+        if isinstance(stored, str):
             error = {
                 "code": INVALID_OUTPUT,
-                "message": f"the function returned a value the journal cannot store: {problem}",
+                "message": f"the function returned a value the journal cannot store: {stored}",
             }
             await self._end(lambda: self.run_failed(error))
             return
-        output = json.loads(body)
+        output = stored[0]
         await self._end(lambda: self.succeeded(output))
 
     def _error_of(self, exc: BaseException) -> dict[str, Any]:
@@ -377,8 +343,6 @@ class FunctionDrive(Drive):
     async def _park(self) -> None:
         """Give the lease up and hold no task: a timer, a decision or a child wakes the run."""
         await self.durable(RunUpdate("waiting", wake_at=self._wake_at()))
-        from lantern.engine.function_waits import resolved
-
         # A decision or a child's end that landed before the park found the run running, so
         # nothing woke it: look once more.
         for step, wait in self.parked.items():
@@ -388,19 +352,20 @@ class FunctionDrive(Drive):
 
     def _wake_at(self) -> datetime | None:
         due = [w["dueAt"] for w in self.parked.values() if "dueAt" in w]
-        due += [d for _, d in self.retrying.values()]
+        due += [d for _, d in self.ledger.backing_off.values()]
         return datetime.fromtimestamp(min(due) / 1000, UTC) if due else None
 
     # -- steps (called by the Context) -----------------------------------------------------
 
-    def claim(self, name: str) -> str:
-        """The next call's step id, checked against the journal's order."""
+    def claim(self, name: str) -> tuple[str, Entry]:
+        """The next call's step id and what the ledger says of it; a call that is not the
+        one the journal holds at its position stops the function (``nondeterminism``)."""
         step = self.names.next(name)
-        found = determinism.mismatch(self.order, self.names.position, step)
-        if found is not None and self.ending_error is None:
-            self.ending_error = found.error()
+        entry = self.ledger.enter(step, self.names.position)
+        if isinstance(entry, Nondeterminism) and self.ending_error is None:
+            self.ending_error = entry.mismatch.error()
             self.halt.set()
-        return step
+        return step, entry
 
     async def stopped(self) -> Any:
         """Where a call goes when the function must stop: it never returns; the drive
@@ -421,10 +386,9 @@ class FunctionDrive(Drive):
         events: list[NewEvent] = []
         for kind, data, step, attempt in drafts:
             if kind == ev.STEP_STARTED and step is not None and attempt is not None:
-                self.types[step] = str(data.get("type", "step"))
                 events.append(self.start(step, attempt, data))
             else:
-                events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
+                events.append(self.ledger.event(kind, data, step_id=step, attempt=attempt))
         self.pending += events
         await self.notice(events)
 
@@ -432,12 +396,14 @@ class FunctionDrive(Drive):
         """Journal the anomalies that queued ``events`` raise; one whose policy is ``fail``
         stops the function and fails the run (a "pause" is recorded: nowhere to park)."""
         starting = [signature(e.step_id or "", e.data) for e in events if e.kind == ev.STEP_STARTED]
-        for a in await self.detector.check(events, starting):
-            data = {"kind": a.kind, "detail": a.detail, "policy": a.policy}
-            self.pending.append(self.writer.event(ev.ANOMALY_DETECTED, data))
-            if a.policy == "fail" and self.ending_error is None:
-                self.ending_error = ev.anomaly_error(a.kind, a.detail)
-                self.halt.set()
+        found = await self.detector.check(events, starting)
+        if not found:
+            return
+        noted, error, _ = self.ledger.anomalies(found, can_pause=False)
+        self.pending += noted
+        if error is not None and self.ending_error is None:
+            self.ending_error = error
+            self.halt.set()
 
     def add(self, event: NewEvent) -> None:
         """A step's completion: durable with the next commit, at the latest on the next turn
@@ -480,7 +446,7 @@ class FunctionDrive(Drive):
         """Commit every event added so far (and ``update``, or the run's ``end``), in order,
         through Drive's fenced commit. Callers that come while a commit is in flight are
         served together by the next one."""
-        while self._durable_seq < self.writer.seq or update is not None or end is not None:
+        while self._durable_seq < self.ledger.seq or update is not None or end is not None:
             if self._leased is not None and not self._leased.done():
                 # Not leased yet (``begin``): the first commit is the run's start.
                 if self._wants_lease is not None and not self._wants_lease.done():

@@ -24,13 +24,13 @@ from typing import Any
 from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
-from lantern.engine.drive import Drive, DriveHost, Retry, contained
+from lantern.engine.children import start_child
+from lantern.engine.drive import Drive, DriveHost, contained
 from lantern.engine.graph import Graph
 from lantern.engine.journal import RunState
+from lantern.engine.ledger import Failed, Retry
 from lantern.engine.retries import RetryPolicy, timeout_s
-from lantern.engine.runs import create_run
-from lantern.errors import Conflict, NotFound, StepError, TemplateError, UsageError
-from lantern.ids import child_run_id
+from lantern.errors import StepError, TemplateError
 from lantern.nodes import StepContext
 from lantern.nodes.base import Node, Noted, Waiting
 from lantern.nodes.registry import WAITING_TYPES, executor_for
@@ -50,7 +50,7 @@ class GraphDrive(Drive):
         self.tasks: dict[asyncio.Task[Any], str] = {}
         self.uninterruptible: set[asyncio.Task[Any]] = set()  # sync tools, in threads
         # Retry backoffs: a timer per step waiting for its next attempt (step, attempt).
-        self.timers: dict[asyncio.Task[None], tuple[str, int]] = {}
+        self.timers: dict[asyncio.Task[bool], tuple[str, int]] = {}
         self._spawn_first: list[tuple[str, int]] = []
         self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
         self._secrets: list[str] | None = None
@@ -62,9 +62,8 @@ class GraphDrive(Drive):
 
     def opening_steps(self) -> list[NewEvent]:
         trigger = self.graph.trigger
-        self.outputs[trigger] = self.run.input
         # The trigger has no side effect, so it starts and completes in the first commit.
-        return [self.start(trigger, 1), self.writer.completed(trigger, 1, self.run.input)]
+        return [self.start(trigger, 1), self.ledger.completed(trigger, 1, self.run.input)]
 
     def plan(self, state: RunState) -> tuple[list[NewEvent], RunUpdate | None]:
         resume = [(s, state.attempts[s]) for s in state.in_flight]
@@ -98,17 +97,15 @@ class GraphDrive(Drive):
         fresh = planned.skipped - self.skipped
         self.skipped |= fresh
         return [
-            self.writer.event(ev.STEP_SKIPPED, {"type": self.graph.nodes[n].type}, step_id=n)
+            self.ledger.event(ev.STEP_SKIPPED, {"type": self.graph.nodes[n].type}, step_id=n)
             for n in self.graph.order
             if n in fresh
         ]
 
     def _when_failed(self, exc: TemplateError) -> tuple[list[NewEvent], RunUpdate]:
         """A ``when`` that cannot be evaluated fails the run: routing must never guess."""
-        error = ev.run_error(ev.E_WHEN_FAILED, str(exc))
-        return [self.writer.event(ev.RUN_FAILED, {"error": error})], RunUpdate(
-            "failed", error=error
-        )
+        event, update = self.run_failed(ev.run_error(ev.E_WHEN_FAILED, str(exc)))
+        return [event], update
 
     async def proceed(self) -> None:
         for step, attempt in self._spawn_first:
@@ -189,29 +186,24 @@ class GraphDrive(Drive):
         attempt = self.attempts[step]
         if isinstance(outcome, Noted):
             for kind, data in outcome.notes:
-                events.append(self.writer.event(kind, data, step_id=step, attempt=attempt))
+                events.append(self.ledger.event(kind, data, step_id=step, attempt=attempt))
             outcome = outcome.value
         if isinstance(outcome, Waiting):
             events.append(
-                self.writer.event(ev.STEP_WAITING, outcome.data, step_id=step, attempt=attempt)
+                self.ledger.event(ev.STEP_WAITING, outcome.data, step_id=step, attempt=attempt)
             )
             self.waiting[step] = outcome.data
             return None
-        if not isinstance(outcome, StepError):
-            usage = functools.partial(spend.step_usage, self.graph, step)
-            completed = self.complete(step, attempt, outcome, usage)
-            if not isinstance(completed, StepError):
-                events.append(completed)
-                return None
-            outcome = completed
         node = self.graph.nodes.get(step)
         policy = RetryPolicy.of(node.data, node.type) if node is not None else RetryPolicy()
-        event, retry = self.failure(step, attempt, outcome, policy)
-        events.append(event)
-        if retry is not None:
-            backoffs.append(retry)
-            return None
-        return step, outcome
+        usage = functools.partial(spend.step_usage, self.graph, step)
+        done = self.settle(step, attempt, outcome, policy, usage)
+        events += done.events
+        if isinstance(done.next, Retry):
+            backoffs.append(done.next)
+        elif isinstance(done.next, Failed):
+            return step, done.next.error
+        return None
 
     async def _advance(
         self,
@@ -256,8 +248,8 @@ class GraphDrive(Drive):
             self._spawn(step, 1)
         for step, attempt in due:
             self._spawn(step, attempt)
-        for step, attempt, due_ms in backoffs:
-            self._schedule(step, attempt, due_ms)
+        for retry in backoffs:
+            self._schedule(retry.step, retry.attempt, retry.due_ms)
         return update is None
 
     async def _resume_waits(self, cancel: asyncio.Future[Any]) -> bool:
@@ -272,7 +264,7 @@ class GraphDrive(Drive):
             del self.waiting[step]
             self.attempts.setdefault(step, 1)  # an anomaly's pause is no graph step
             events.append(
-                self.writer.event(
+                self.ledger.event(
                     ev.STEP_RESUMED, resumed, step_id=step, attempt=self.attempts[step]
                 )
             )
@@ -290,7 +282,7 @@ class GraphDrive(Drive):
             await self.host.store.wake(self.run.id)
 
     def _schedule(self, step: str, attempt: int, due_ms: int) -> None:
-        self.timers[asyncio.ensure_future(waits.until(due_ms))] = (step, attempt)
+        self.timers[asyncio.ensure_future(self.backoff(due_ms))] = (step, attempt)
 
     async def _signing_secrets(self) -> list[str]:
         """The workspace's webhook secrets, read once per drive rather than once per step."""
@@ -344,22 +336,11 @@ class GraphDrive(Drive):
     async def _start_child(self, step: str, attempt: int, agent: str, input: Any) -> str:
         """Create this step attempt's child run, or find it after a crash: its id is derived
         from (run, step, attempt), so a re-drive never starts a second one."""
-        child_id = child_run_id(self.run.id, step, attempt)
-        try:
-            await create_run(
-                self.host.store,
-                agent,
-                input,
-                self.run.workspace,
-                idempotency_key=f"subagent:{child_id}",
-                run_id=child_id,
-                parent_id=self.run.id,
-                app=self.host.app,
-            )
-        except (NotFound, UsageError, Conflict) as exc:
-            raise StepError(f"sub-agent {agent!r}: {exc}", error_class="tool") from exc
-        self.host.on_queued()
-        return child_id
+        child = self.ledger.child_id(step, attempt)
+        host = self.host
+        return await start_child(
+            host.store, host.app, self.run, child, agent, input, host.on_queued
+        )
 
 
 def _times_itself(node: Node) -> bool:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
@@ -206,8 +206,22 @@ class EventWriter:
         return replace(event, blob=Blob(digest, body))
 
 
+class Writes(Protocol):
+    """What makes a run's next event: an ``EventWriter``, or the step ledger (which folds it
+    in too)."""
+
+    def event(
+        self,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        *,
+        step_id: str | None = None,
+        attempt: int | None = None,
+    ) -> NewEvent: ...
+
+
 def recovery(
-    writer: EventWriter, state: RunState, worker_id: str, epoch: int, max_recoveries: int
+    writer: Writes, state: RunState, worker_id: str, epoch: int, max_recoveries: int
 ) -> tuple[NewEvent, RunUpdate | None]:
     """How a re-drive after a crash or a lost executor opens: ``run_recovered``, or, for a
     run that keeps killing its executors, ``run_failed`` with ``recovery_exhausted`` (it must

@@ -165,6 +165,19 @@ class Exit:
     next: Next
 
 
+class FailedStep(StepError):
+    """A step that failed for good, raised into the function: catch it to go on without it."""
+
+    def __init__(self, step: str, error: dict[str, Any]) -> None:
+        super().__init__(
+            str(error.get("message", "the step failed")),
+            error_class=error.get("class", "tool"),
+            retryable=bool(error.get("retryable", False)),
+        )
+        self.step = step
+        self.error = error
+
+
 def step_error(exc: BaseException) -> StepError:
     """What a step attempt fails with when its work raised ``exc``: a StepError as it is;
     anything else the user's code raised is retryable, of class ``tool`` (as in Temporal)."""
@@ -174,26 +187,34 @@ def step_error(exc: BaseException) -> StepError:
     return StepError(message, error_class="tool", retryable=True)
 
 
-def storable(step: str, value: Any) -> tuple[Any, str] | StepError:
-    """``value`` as the journal stores it (and a replay reads it back) with its encoding, or
-    the StepError saying why the journal cannot store it: canonical JSON refuses what JSON
-    cannot carry exactly (such as integers past 2^53), and deeper values would recurse
-    through every later dump, copy and render."""
-    limit = config.max_output_bytes()
+def encoded(value: Any, limit: int | None = None) -> tuple[Any, str] | str:
+    """``value`` as the journal stores it (and a replay reads it back) with its JSON, or
+    what is wrong with it: the one check of every output a run journals (a step's, a tool
+    call's, a function's return value). At most ``limit`` bytes (LANTERN_MAX_OUTPUT_BYTES
+    unless given), measured before it is encoded so a huge output is refused at little
+    cost; canonical JSON refuses what JSON cannot carry exactly (such as integers past
+    2^53), and deeper values would recurse through every later dump, copy and render."""
+    limit = config.max_output_bytes() if limit is None else limit
     try:
-        # Measured before it is encoded: a huge output is refused at little cost.
         if limits.size_exceeds(value, limit):
-            return _unstorable(step, limits.too_large_problem(limit))
-        deep = limits.depth_exceeds(value)
-        body = "" if deep else dumps(value)
-        problem = limits.too_deep_problem() if deep else text_problem(body)
+            return limits.too_large_problem(limit)
+        if limits.depth_exceeds(value):
+            return limits.too_deep_problem()
+        body = dumps(value)
+        problem = text_problem(body)
         if problem is None and len(body) > limit:
             problem = limits.too_large_problem(limit)
         if problem is None:
             return json.loads(body), body
     except (TypeError, ValueError) as err:
         problem = f"it is not JSON: {err}"
-    return _unstorable(step, problem)
+    return problem
+
+
+def storable(step: str, value: Any) -> tuple[Any, str] | StepError:
+    """``encoded``, or the StepError a step fails with when the journal cannot store it."""
+    found = encoded(value)
+    return _unstorable(step, found) if isinstance(found, str) else found
 
 
 def _unstorable(step: str, problem: str) -> StepError:

@@ -7,7 +7,6 @@ status in ``runs``) until the run is driven again and journals it as ``step_resu
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -82,11 +81,6 @@ def _approval_outcome(
         who = (answer.get("approver") or {}).get("keyName") or answer["by"]
         return StepError(f"approval {step!r} was rejected by {who}{why}", error_class="tool")
     return wait.get("output", answer)
-
-
-async def until(due_ms: int) -> None:
-    """Sleep until ``due_ms`` (epoch ms): a retry's journaled due time, after a crash too."""
-    await asyncio.sleep(max(0.0, due_ms / 1000 - time.time()))
 
 
 def wake_at(waiting: Mapping[str, Mapping[str, Any]]) -> datetime | None:
