@@ -251,7 +251,7 @@ class Ledger:
             if e.kind == ev.STEP_STARTED:
                 if step not in self.types:
                     self.order.append(step)
-                self.types[step] = StepStarted.of(e.data).type
+                self.types[step] = StepStarted.type_of(e.data)
             elif e.kind == ev.STEP_FAILED:
                 self.errors[step] = StepFailed.read(e.data).error
         elif e.kind == ev.RUN_REPINNED:
