@@ -19,6 +19,7 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
+from lantern.engine.schedules import ScheduleLoop
 from lantern.models.registry import Models
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
@@ -87,6 +88,9 @@ class Worker:
             free_slots=lambda: self.max_concurrent - len(self._runs),
             start=self._start,
         )
+        # Fires due schedules; a fire missed for longer than a recovery interval was missed
+        # while every replica was down (the schedule's catchup decides).
+        self.schedules = ScheduleLoop(store, grace=recovery_interval, app=app, on_fired=self.wake)
 
     async def __aenter__(self) -> Worker:
         self.keeper.start()  # its loops live as long as the worker
@@ -141,6 +145,7 @@ class Worker:
         background = [
             asyncio.create_task(self.recovery.run(self.stopping), name="lantern-recovery"),
             asyncio.create_task(self._heartbeats(), name="lantern-heartbeat"),
+            asyncio.create_task(self.schedules.run(self.stopping), name="lantern-schedules"),
         ]
         if self.app.agents:
             background.append(asyncio.create_task(self._adopt(), name="lantern-adopt"))

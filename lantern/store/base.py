@@ -31,6 +31,7 @@ from lantern.store.records import (
     WorkerInfo,
 )
 from lantern.store.runtime import RuntimeStore
+from lantern.store.schedules import ScheduleStore
 
 
 class JournalStore(Protocol):
@@ -274,7 +275,15 @@ class SecretStore(Protocol):
 
 
 class Store(
-    JournalStore, LeaseStore, RunStore, KeyStore, SigningStore, SecretStore, RuntimeStore, Protocol
+    JournalStore,
+    LeaseStore,
+    RunStore,
+    KeyStore,
+    SigningStore,
+    SecretStore,
+    RuntimeStore,
+    ScheduleStore,
+    Protocol,
 ):
     """What the engine needs from a database, in the domain's words: the role Protocols above,
     which a part of the code may ask for alone (a drive needs a journal and leases).

@@ -8,9 +8,12 @@ from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.quotas import Quotas
 from lantern.store.postgres.runs import Runs
 from lantern.store.postgres.runtime import Runtime
+from lantern.store.postgres.schedules import Schedules
 from lantern.store.postgres.secrets import Secrets
 from lantern.store.postgres.signing import Signing
 
 
-class PostgresStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations):
+class PostgresStore(
+    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules
+):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -8,9 +8,10 @@ from lantern.store.sqlite.operations import Operations
 from lantern.store.sqlite.quotas import Quotas
 from lantern.store.sqlite.runs import Runs
 from lantern.store.sqlite.runtime import Runtime
+from lantern.store.sqlite.schedules import Schedules
 from lantern.store.sqlite.secrets import Secrets
 from lantern.store.sqlite.signing import Signing
 
 
-class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations):
+class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules):
     """``base.Store`` on one SQLite file."""

@@ -215,3 +215,19 @@ CREATE TABLE named_leases (
     epoch       bigint      NOT NULL,
     since       timestamptz NOT NULL
 );
+
+CREATE TABLE schedules (
+    workspace         text        NOT NULL,
+    name              text        NOT NULL,
+    definition        jsonb       NOT NULL,
+    paused            boolean     NOT NULL DEFAULT false,
+    next_fire_at      timestamptz NOT NULL,
+    last_fire_at      timestamptz,
+    last_run_id       text,
+    buffered_fire_at  timestamptz,
+    recent_skips      jsonb       NOT NULL DEFAULT '[]',
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace, name)
+);
+CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE NOT paused;

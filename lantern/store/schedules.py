@@ -1,0 +1,106 @@
+"""Schedules as stored (docs/schedules.md), and the store role that keeps them.
+
+A schedule is its definition (what the API was given, normalised) plus its firing state.
+Every replica fires due schedules; the run a fire time starts is made unique by its
+idempotency key, and the state moves on with one conditional write on ``next_fire_at``
+(``advance_schedule``), so replicas racing on one schedule agree on what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from lantern.store.records import Run
+
+SKIPS_KEPT = 20  # the newest skipped fire times a schedule remembers
+
+
+@dataclass(frozen=True)
+class Skip:
+    fire_time: datetime
+    reason: str  # "overlap", "catchup", or why the run could not be created
+
+
+@dataclass(frozen=True)
+class Schedule:
+    workspace: str
+    name: str
+    definition: dict[str, Any]
+    paused: bool
+    next_fire_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    last_fire_at: datetime | None = None
+    last_run_id: str | None = None
+    buffered_fire_at: datetime | None = None  # overlap buffer_one: the fire that waits
+    recent_skips: tuple[Skip, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The state a firing pass leaves: replaces the schedule's firing columns."""
+
+    next_fire_at: datetime
+    last_fire_at: datetime | None
+    last_run_id: str | None
+    buffered_fire_at: datetime | None
+    recent_skips: tuple[Skip, ...]
+
+
+class ScheduleStore(Protocol):
+    async def put_schedule(
+        self,
+        workspace: str,
+        name: str,
+        definition: dict[str, Any],
+        paused: bool,
+        next_fire_at: datetime,
+    ) -> Schedule:
+        """Create or replace the definition (keeping the firing history); a replaced one
+        drops its buffered fire."""
+
+    async def get_schedule(self, workspace: str, name: str) -> Schedule | None: ...
+
+    async def list_schedules(self, workspace: str) -> list[Schedule]:
+        """The workspace's schedules by name."""
+
+    async def delete_schedule(self, workspace: str, name: str) -> bool: ...
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        """Unpaused schedules (of every workspace) due at ``now`` or holding a buffered
+        fire, the most overdue first."""
+
+    async def next_fire(self) -> datetime | None:
+        """The earliest ``next_fire_at`` of the unpaused schedules."""
+
+    async def advance_schedule(self, schedule: Schedule, advance: Advance) -> bool:
+        """Write ``advance`` only if the schedule's ``next_fire_at`` and buffered fire are
+        still those of ``schedule`` (as read); False when another replica moved it first."""
+
+    async def record_fire(
+        self, workspace: str, name: str, fire_time: datetime, run_id: str
+    ) -> None:
+        """A fire outside the schedule's own times (trigger now): the last fire and run."""
+
+    async def schedule_runs(
+        self, workspace: str, name: str, *, limit: int = 50, before: str | None = None
+    ) -> list[Run]:
+        """The runs the schedule's fires created, newest first."""
+
+    async def run_key(self, run_id: str) -> str | None:
+        """The idempotency key the run was created under."""
+
+
+def skips_to_json(skips: tuple[Skip, ...]) -> list[dict[str, str]]:
+    return [{"fireTime": s.fire_time.isoformat(), "reason": s.reason} for s in skips]
+
+
+def skips_from_json(items: list[dict[str, str]]) -> tuple[Skip, ...]:
+    return tuple(Skip(datetime.fromisoformat(i["fireTime"]), i["reason"]) for i in items)
+
+
+def key_prefix(name: str) -> str:
+    """Every run a schedule's fires create has an idempotency key starting with this."""
+    return f"schedule|{name}|"
