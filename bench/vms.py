@@ -31,6 +31,12 @@ shows in every figure alike; compare drivers as ratios within one run.
 
     .venv/bin/python bench/vms.py [--drivers sandbox,gvisor,qemu|none] [--runs 20] [--burst 16]
                                   [--warm N] [--calls 50]
+
+**What the sandbox's hardening costs** (``--hardening N``, alone): N VMs of the ``sandbox``
+driver as it is (user namespace, nobody, no capabilities, seccomp filter) and N without those
+options (bubblewrap as it ran before, root's capabilities kept), alternated, driven in this
+process: VM start (spawn -> the harness's first question) and first step (spawn -> the first
+request of its first step), p50/p99 each and their ratio hardened/unhardened (target: at most 1.2).
 """
 
 from __future__ import annotations
@@ -59,12 +65,15 @@ import psycopg  # noqa: E402
 
 from lantern.durations import parse_duration  # noqa: E402
 from lantern.engine.runs import apply_agent, create_run  # noqa: E402
-from lantern.runtime.drivers import DRIVERS, probe, use_image  # noqa: E402
+from lantern.runtime.channel import serve  # noqa: E402
+from lantern.runtime.drivers import DRIVERS, VmSpec, probe, use_image  # noqa: E402
+from lantern.runtime.drivers.sandbox import SandboxDriver  # noqa: E402
 from lantern.runtime.image import build  # noqa: E402
 from lantern.runtime.relay import Relay, digest, new_token  # noqa: E402
 from lantern.store import Store, open_store  # noqa: E402
 from lantern.store.runtime import SCHEDULER, Vm  # noqa: E402
 from tests.runtime.cluster import FAST, Cluster  # noqa: E402
+from tests.runtime.vms import APPS  # noqa: E402
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -169,8 +178,12 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=16)
     parser.add_argument("--warm", type=int, default=None, help="warm VMs per node")
     parser.add_argument("--calls", type=int, default=50, help="VM calls measured per kind")
+    parser.add_argument("--hardening", type=int, default=0, help="sandbox VMs per variant")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    if args.hardening:
+        asyncio.run(hardening(args.hardening))
+        return
     if args.calls:
         asyncio.run(per_call(args.calls))
     if args.drivers == "none":
@@ -314,6 +327,65 @@ async def _placed(store: Store) -> str:
 
 def ms(values: list[float], q: float) -> str:
     return f"{pct(values, q) * 1000:.0f}"
+
+
+class Unhardened(SandboxDriver):
+    """The sandbox driver without its hardening options: the "before" of ``--hardening``."""
+
+    def argv(self, spec: VmSpec, seccomp_fd: int) -> list[str]:
+        args = super().argv(spec, seccomp_fd)
+        hardening = (("--unshare-user", 0), ("--uid", 1), ("--gid", 1), ("--cap-drop", 1),
+                     ("--disable-userns", 0), ("--seccomp", 1))  # fmt: skip
+        for option, values in hardening:
+            at = args.index(option)
+            del args[at : at + 1 + values]
+        return args
+
+
+async def one_vm(driver: SandboxDriver, workdir: Path) -> tuple[float, float]:
+    """Seconds from spawn to the harness's first question, and to its first step's first word."""
+    seen: dict[str, float] = {}
+
+    async def handle(op: str, request: dict[str, Any]) -> Any:
+        now = time.perf_counter()
+        if op == "hello":
+            seen.setdefault("hello", now)
+            return {"runId": "bench", "entrypoint": "jobs:three", "input": {}}
+        if op == "steps":
+            return {"steps": []}
+        seen.setdefault("step", now)  # the first thing its first step says
+        return None
+
+    started = time.perf_counter()
+    spec = VmSpec(f"bench-{secrets.token_hex(6)}", APPS, workdir=workdir, memory_mb=256)
+    vm = await driver.start(spec)
+    try:
+        await asyncio.wait_for(asyncio.gather(serve(vm, handle), vm.wait()), 60)
+    finally:
+        vm.kill()
+    return seen["hello"] - started, seen["step"] - started
+
+
+async def hardening(n: int) -> None:
+    variants: dict[str, SandboxDriver] = {"hardened": SandboxDriver(), "unhardened": Unhardened()}
+    figures: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in variants}
+    with tempfile.TemporaryDirectory(prefix="lantern-bench-") as tmp:
+        for i in range(n):
+            for name, driver in variants.items():
+                start, step = await one_vm(driver, Path(tmp) / f"{name}-{i}")
+                figures[name][0].append(start)
+                figures[name][1].append(step)
+    print(f"sandbox hardening, {n} VMs each, alternated")
+    print(f"{'variant':11} {'VM start p50/p99':>20} {'first step p50/p99':>20}")
+    for name, (starts, steps) in figures.items():
+        to_start = f"{ms(starts, 0.5)}/{ms(starts, 0.99)} ms"
+        to_step = f"{ms(steps, 0.5)}/{ms(steps, 0.99)} ms"
+        print(f"{name:11} {to_start:>20} {to_step:>20}")
+    (hs, hf), (us, uf) = figures["hardened"], figures["unhardened"]
+    print(
+        f"ratio hardened/unhardened: VM start p50 {pct(hs, 0.5) / pct(us, 0.5):.2f}, "
+        f"first step p50 {pct(hf, 0.5) / pct(uf, 0.5):.2f}"
+    )
 
 
 if __name__ == "__main__":
