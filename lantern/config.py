@@ -121,6 +121,7 @@ class Settings:
     models: ModelSettings = field(default_factory=ModelSettings)  # routes, prices, budgets
     tool_threads: int = DEFAULT_TOOL_THREADS  # LANTERN_TOOL_THREADS: sync tools' thread pool
     trace_export: bool = False  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set: export spans
+    retention: float | None = None  # LANTERN_RETENTION: finished runs kept this long (None: all)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -156,6 +157,7 @@ class Settings:
             models=ModelSettings.from_env(e),
             tool_threads=tool_threads(e),
             trace_export=trace_export(e),
+            retention=retention(e),
         )
 
     @property
@@ -233,3 +235,19 @@ def offline_word_delay(env: Mapping[str, str] | None = None) -> float:
     waits between the words it streams, so a demo's live text can be watched arriving."""
     e = os.environ if env is None else env
     return _duration(e, "LANTERN_OFFLINE_WORD_DELAY", "0s", positive=False)
+
+
+def retention(env: Mapping[str, str]) -> float | None:
+    """LANTERN_RETENTION (a Go duration, e.g. ``720h``): how long a finished run is kept; unset
+    or empty keeps every run. A value that is not a positive duration stops the server rather
+    than guess how much to delete."""
+    raw = env.get("LANTERN_RETENTION", "").strip()
+    if not raw:
+        return None
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise UsageError(f"LANTERN_RETENTION={raw!r} is not a positive Go duration (e.g. 720h)")
+    return value

@@ -40,3 +40,15 @@ def parse_duration(text: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as Go writes a duration: ``720h0m0s``, ``1m30s``, ``2.5s``, ``250ms``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms" if seconds > 0 else "0s"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs:.9g}s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    return f"{int(minutes)}m{text}" if minutes else text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from lantern.store.records import AgentVersion, Delivery
@@ -70,8 +71,14 @@ def agent_json(agent: AgentVersion) -> dict[str, Any]:
     return out
 
 
-def event_json(event: Any) -> dict[str, Any]:
-    """An event of the store, or one the API client returned (they share these fields)."""
+def event_json(event: Any, *, expand: bool = False) -> dict[str, Any]:
+    """An event of the store, or one the API client returned (they share these fields).
+    ``expand``: an output stored apart, read with the event, goes beside its reference as
+    ``output`` (the hash chain covers the reference, not this copy; docs/receipts.md)."""
+    data = event.data
+    blob = getattr(event, "blob", None)
+    if expand and blob is not None and "outputRef" in data:
+        data = {**data, "output": json.loads(blob)}
     return {
         "seq": event.seq,
         "runId": event.run_id,
@@ -79,7 +86,7 @@ def event_json(event: Any) -> dict[str, Any]:
         "nodeId": event.node_id,
         "kind": event.kind,
         "attempt": event.attempt,
-        "data": event.data,
+        "data": data,
         "at": event.at.isoformat(),
         "hash": event.hash,
     }

@@ -7,6 +7,7 @@ means the receipt verifies. docs/receipts.md spells out the same steps for a thi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,7 @@ from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
 from lantern.receipts.issue import output_digest
 from lantern.receipts.keys import thumbprint, verifies
-from lantern.store.codec import canonical_json
+from lantern.store.codec import canonical_json, dumps
 
 TERMINAL_STATUS = ev.FINAL_STATUS
 
@@ -70,6 +71,9 @@ def check_journal(receipt: Mapping[str, Any], events: Sequence[Any]) -> list[str
             break
         if seq != position:
             failures.append(f"event {seq}: found where event {position} belongs (one is missing)")
+        inline = _inline_output_problem(event)
+        if inline is not None:
+            failures.append(f"event {seq}: {inline}")
         if event["runId"] != run_id:
             failures.append(f"event {seq}: belongs to run {event['runId']}, not {run_id}")
         chained = link(chained, body)
@@ -110,6 +114,29 @@ def check_journal(receipt: Mapping[str, Any], events: Sequence[Any]) -> list[str
     return failures
 
 
+def _stored_data(data: Any) -> Any:
+    """The event's data as journaled: an output inlined beside its ``outputRef`` (an export's
+    convenience, docs/receipts.md) is not part of it; the reference is."""
+    if isinstance(data, Mapping) and "outputRef" in data and "output" in data:
+        return {k: v for k, v in data.items() if k != "output"}
+    return data
+
+
+def _inline_output_problem(event: Mapping[str, Any]) -> str | None:
+    """Why an output inlined beside its reference is not the value the reference names."""
+    data = event.get("data")
+    if not (isinstance(data, Mapping) and "outputRef" in data and "output" in data):
+        return None
+    try:
+        body = dumps(data["output"]).encode()
+    except (TypeError, ValueError) as exc:
+        return f"its inline output cannot be encoded ({exc})"
+    found = "sha256:" + hashlib.sha256(body).hexdigest()
+    if found != data["outputRef"]:
+        return f"its inline output hashes to {found}, not to its outputRef {data['outputRef']}"
+    return None
+
+
 def _canonical(event: Any) -> tuple[bytes, int]:
     """The event's bytes in the chain (lantern/engine/chain.py), and its seq."""
     if not isinstance(event, Mapping):
@@ -128,6 +155,6 @@ def _canonical(event: Any) -> tuple[bytes, int]:
         event["nodeId"],
         event["attempt"],
         at,
-        event["data"],
+        _stored_data(event["data"]),
     )
     return body, seq

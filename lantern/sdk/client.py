@@ -171,9 +171,23 @@ class AsyncClient:
                 return
             cursor = page.next_cursor
 
-    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        """One page of the run's journal: the events with ``seq > after``, in order."""
-        return list((await self._events(run_id, after, limit)).items)
+    async def events(
+        self,
+        run_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        expand_outputs: bool = False,
+    ) -> list[Event]:
+        """One page of the run's journal: the events with ``seq > after``, in order. With
+        ``expand_outputs``, an output stored apart (``outputRef``, over 16 KiB) is in the
+        event's ``data`` as ``output`` beside its reference."""
+        return list((await self._events(run_id, after, limit, expand_outputs)).items)
+
+    async def blob(self, run_id: str, ref: str) -> Any:
+        """The value a ``sha256:`` reference in the run's journal stands for (an
+        ``outputRef``); ``NotFound`` for a reference the run does not hold."""
+        return await self._send("GET", f"/v1/runs/{_seg(run_id)}/blobs/{_seg(ref)}")
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
         """The run's claimed deliveries and their status."""
@@ -362,8 +376,10 @@ class AsyncClient:
 
     # The one place requests are sent, retried and their errors raised.
 
-    async def _events(self, run_id: str, after: int, limit: int | None) -> EventPage:
-        params = {"after": after, "limit": limit}
+    async def _events(
+        self, run_id: str, after: int, limit: int | None, expand: bool = False
+    ) -> EventPage:
+        params = {"after": after, "limit": limit, "expand": "outputs" if expand else None}
         data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/events", params=params)
         return _parse(EventPage.from_json, data)
 

@@ -174,8 +174,20 @@ class Client:
             self._async.iter_runs(status=status, agent_name=agent_name, limit=limit, cursor=cursor)
         )
 
-    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        return self._thread.run(self._async.events(run_id, after=after, limit=limit))
+    def events(
+        self,
+        run_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        expand_outputs: bool = False,
+    ) -> list[Event]:
+        return self._thread.run(
+            self._async.events(run_id, after=after, limit=limit, expand_outputs=expand_outputs)
+        )
+
+    def blob(self, run_id: str, ref: str) -> Any:
+        return self._thread.run(self._async.blob(run_id, ref))
 
     def deliveries(self, run_id: str) -> list[Delivery]:
         return self._thread.run(self._async.deliveries(run_id))

@@ -20,6 +20,7 @@ from lantern import __version__
 from lantern.app import App
 from lantern.config import Settings
 from lantern.effects.egress import EgressPolicy
+from lantern.engine.retention import RetentionLoop
 from lantern.engine.worker import Worker
 from lantern.models.registry import Models
 from lantern.observability import tracing
@@ -37,6 +38,7 @@ from lantern.server.routes import (
     agents,
     health,
     operate,
+    outputs,
     receipts,
     runs,
     runtime,
@@ -44,6 +46,7 @@ from lantern.server.routes import (
     stream,
     ui,
     workers,
+    workspace,
 )
 from lantern.store.base import open_store
 
@@ -118,12 +121,22 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             scheduling = asyncio.create_task(
                 scheduler.run(worker.stopping), name="lantern-scheduler"
             )
+            retention = RetentionLoop(
+                store,
+                worker_id=settings.worker_id,
+                default_s=settings.retention,
+                interval=settings.recovery_interval,
+            )
+            retaining = asyncio.create_task(
+                retention.run(worker.stopping), name="lantern-retention"
+            )
             try:
                 yield
             finally:
                 await worker.stop(grace)
                 await serving
                 await scheduling
+                await retaining
         await models.aclose()  # the model providers' SDK clients
         await tools.aclose()  # the MCP servers this process started
         await store.close()
@@ -137,7 +150,8 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         **_telemetry(),
     )
     problems.install(api)
-    for module in (runs, stream, agents, secrets, workers, health, receipts, runtime, ui, operate):
+    routers = (runs, outputs, stream, agents, secrets, workers, workspace)
+    for module in (*routers, health, receipts, runtime, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]

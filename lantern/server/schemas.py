@@ -77,6 +77,17 @@ class EventOut(BaseModel):
     hash: str | None = None  # chained to the previous event's (docs/receipts.md)
 
 
+class WorkspaceSettingsIn(Body):
+    retention: str | None = Field(max_length=40)
+
+
+class WorkspaceSettingsOut(BaseModel):
+    workspace: str
+    retention: str | None  # the workspace's own, a Go duration; null: the server's applies
+    serverRetention: str | None  # LANTERN_RETENTION
+    effectiveRetention: str | None  # what the retention pass applies; null: runs are kept
+
+
 class EventPage(BaseModel):
     items: list[EventOut]
     nextAfter: int | None

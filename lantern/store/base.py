@@ -30,6 +30,7 @@ from lantern.store.records import (
     StoredReceipt,
     WorkerInfo,
 )
+from lantern.store.retention import RetentionStore
 from lantern.store.runtime import RuntimeStore
 from lantern.store.schedules import ScheduleStore
 
@@ -283,6 +284,7 @@ class Store(
     SecretStore,
     RuntimeStore,
     ScheduleStore,
+    RetentionStore,
     Protocol,
 ):
     """What the engine needs from a database, in the domain's words: the role Protocols above,

@@ -15,6 +15,7 @@ from lantern.engine.commits import WriteHealth
 from lantern.engine.readiness import not_ready
 from lantern.errors import Forbidden
 from lantern.observability import metrics as observed
+from lantern.observability import storage
 from lantern.server import auth
 from lantern.server.deps import services
 from lantern.server.problems import problem
@@ -55,9 +56,11 @@ async def metrics(request: Request) -> Response:
             raise Forbidden("/metrics is the operator's: use an admin key of its workspace")
     try:
         g = await services(request).store.gauges()
+        kept = await services(request).store.storage_gauges()
     except Exception:  # the database away: the process's own counters still answer
         log.warning("gauges not read: the database does not answer", exc_info=True)
     else:
         age = None if g.oldest_queued is None else time.time() - g.oldest_queued.timestamp()
         observed.set_gauges(g.runs, g.leases_held, age)
+        storage.set_storage(kept.oldest_finished, kept.database_bytes)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -178,34 +178,38 @@ async def events(
     after: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     wait: Annotated[float, Query(ge=0, le=60)] = 0,
+    expand: Literal["outputs"] | None = None,
 ) -> dict[str, Any]:
     """A page of the journal; with ``wait``, an empty page waits up to that many seconds for
     the next commit (woken by the commit notifier) before it answers. A finished run's journal
-    is complete, so its empty page answers at once."""
+    is complete, so its empty page answers at once. ``expand=outputs`` puts each output stored
+    apart (``outputRef``) beside its reference as ``output``."""
     s = services(request)
     store = s.store
     run = await owned_run(store, run_id, key)
-    found = await store.events(run_id, after=after, limit=limit + 1)  # one more: is there a next?
+    blobs = expand == "outputs"
+    # one more than the page: is there a next?
+    found = await store.events(run_id, after=after, limit=limit + 1, blobs=blobs)
     if wait and not found and not run.finished:
         with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
-            found = await _next_events(store, run_id, after, limit, wait)
+            found = await _next_events(store, run_id, after, limit, wait, blobs)
     page = found[:limit]
     return {
-        "items": [event_json(e) for e in page],
+        "items": [event_json(e, expand=blobs) for e in page],
         "nextAfter": page[-1].seq if len(found) > limit else None,
     }
 
 
 async def _next_events(
-    store: Store, run_id: str, after: int, limit: int, wait: float
+    store: Store, run_id: str, after: int, limit: int, wait: float, blobs: bool
 ) -> list[Event]:
     deadline = time.monotonic() + wait
     with store.notifier.subscribe(run_id) as sub:
         heard = max(sub.seq, after)
-        found = await store.events(run_id, after=after, limit=limit + 1)
+        found = await store.events(run_id, after=after, limit=limit + 1, blobs=blobs)
         while not found and (left := deadline - time.monotonic()) > 0:
             heard = await sub.wait(heard, timeout=min(left, REREAD_S))
-            found = await store.events(run_id, after=after, limit=limit + 1)
+            found = await store.events(run_id, after=after, limit=limit + 1, blobs=blobs)
     return found
 
 

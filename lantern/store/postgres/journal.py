@@ -48,8 +48,9 @@ WITH batch AS (
 ), stored_blobs AS (
     INSERT INTO blobs (digest, body)
     SELECT digest, decode(body, 'base64')
-    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
-    ON CONFLICT DO NOTHING
+    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text) ORDER BY digest
+    -- An upsert, not DO NOTHING: it locks a blob a deletion may be removing (see retention.py)
+    ON CONFLICT (digest) DO UPDATE SET digest = excluded.digest
 ), inserted AS (
     INSERT INTO journal_events
         (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash)
@@ -131,8 +132,9 @@ WITH lease AS (
 ), stored_blobs AS (
     INSERT INTO blobs (digest, body)
     SELECT digest, decode(body, 'base64')
-    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
-    ON CONFLICT DO NOTHING
+    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text) ORDER BY digest
+    -- An upsert, not DO NOTHING: it locks a blob a deletion may be removing (see retention.py)
+    ON CONFLICT (digest) DO UPDATE SET digest = excluded.digest
 ), inserted AS (
     INSERT INTO journal_events
         (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash)
@@ -176,12 +178,10 @@ def _event_rows(
 
 
 def _blob_rows(events: Iterable[NewEvent]) -> str:
+    # Each digest once: an upsert may not touch one row twice in a statement.
+    blobs = {e.blob.digest: e.blob.body for e in events if e.blob is not None}
     return dumps(
-        [
-            {"digest": e.blob.digest, "body": base64.b64encode(e.blob.body).decode()}
-            for e in events
-            if e.blob is not None
-        ]
+        [{"digest": d, "body": base64.b64encode(b).decode()} for d, b in sorted(blobs.items())]
     )
 
 

@@ -34,8 +34,9 @@ WITH created AS (
 ), stored_blobs AS (
     INSERT INTO blobs (digest, body)
     SELECT digest, decode(body, 'base64')
-    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text)
-    ON CONFLICT DO NOTHING
+    FROM json_to_recordset(%(blobs)s::json) AS x(digest text, body text) ORDER BY digest
+    -- An upsert, not DO NOTHING: it locks a blob a deletion may be removing (see retention.py)
+    ON CONFLICT (digest) DO UPDATE SET digest = excluded.digest
 )
 INSERT INTO journal_events (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest,
                             hash)

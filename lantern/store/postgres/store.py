@@ -6,6 +6,7 @@ from lantern.store.postgres.journal import Journal
 from lantern.store.postgres.leases import Leases
 from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.quotas import Quotas
+from lantern.store.postgres.retention import Retention
 from lantern.store.postgres.runs import Runs
 from lantern.store.postgres.runtime import Runtime
 from lantern.store.postgres.schedules import Schedules
@@ -14,6 +15,6 @@ from lantern.store.postgres.signing import Signing
 
 
 class PostgresStore(
-    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules
+    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules, Retention
 ):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

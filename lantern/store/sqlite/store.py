@@ -6,6 +6,7 @@ from lantern.store.sqlite.journal import Journal
 from lantern.store.sqlite.leases import Leases
 from lantern.store.sqlite.operations import Operations
 from lantern.store.sqlite.quotas import Quotas
+from lantern.store.sqlite.retention import Retention
 from lantern.store.sqlite.runs import Runs
 from lantern.store.sqlite.runtime import Runtime
 from lantern.store.sqlite.schedules import Schedules
@@ -13,5 +14,7 @@ from lantern.store.sqlite.secrets import Secrets
 from lantern.store.sqlite.signing import Signing
 
 
-class SQLiteStore(Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules):
+class SQLiteStore(
+    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules, Retention
+):
     """``base.Store`` on one SQLite file."""

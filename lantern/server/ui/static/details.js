@@ -5,7 +5,7 @@ import { idempotencyKey, parseAt, provider } from "./model.js";
 import { decidedBy, STATE_LABEL, waitsFor } from "./words.js";
 
 /** The panel's content for step model `s` of run `runId` (`node`: its definition, if read). */
-export async function stepDetails({ runId, s, node, definitionProblem, deliveries, origin }) {
+export async function stepDetails({ get, runId, s, node, definitionProblem, deliveries, origin }) {
   const keys = await Promise.all(s.attempts.map(async (a) =>
     [a.attempt, await idempotencyKey(runId, s.id, a.attempt)]));
   const notes = [];
@@ -65,7 +65,7 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
       : "No definition for this step.")];
   let output;
   if (s.outputRef) {
-    output = h("p", {}, `Stored apart from the event (${s.outputRef.bytes} bytes, ${s.outputRef.ref}).`);
+    output = storedApart(get, runId, s.outputRef);
   } else if (s.output !== undefined) {
     output = h("pre", { id: "step-output" }, json(s.output));
   } else {
@@ -99,4 +99,29 @@ export async function stepDetails({ runId, s, node, definitionProblem, deliverie
         h("td", {}, e.attempt ?? ""), h("td", {}, h("code", {}, JSON.stringify(e.data)))))),
     ),
   ].flat().filter(Boolean);
+}
+
+/** An output over 16 KiB, stored apart from its event: "show" reads it (GET .../blobs/{ref})
+ * into a collapsed block that names its size; opening the block shows the value. */
+function storedApart(get, runId, ref) {
+  const size = `${ref.bytes.toLocaleString()} bytes`;
+  const place = h("div", { id: "step-output-apart" });
+  const button = h("button", {
+    type: "button",
+    onclick: async () => {
+      button.disabled = true;
+      try {
+        const value = await get(`/v1/runs/${encodeURIComponent(runId)}/blobs/` +
+          encodeURIComponent(ref.ref));
+        place.replaceChildren(h("details", { id: "step-output-stored" },
+          h("summary", {}, `Output (${size}, stored apart as ${ref.ref})`),
+          h("pre", { id: "step-output" }, json(value))));
+      } catch (err) {
+        button.disabled = false;
+        place.append(h("p", { class: "error" }, `Could not read it: ${err.message}`));
+      }
+    },
+  }, "show");
+  place.append(h("p", {}, `Stored apart from the event (${size}, ${ref.ref}). `, button));
+  return place;
 }

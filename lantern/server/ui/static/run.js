@@ -348,7 +348,7 @@ async function renderDetails(model) {
   if (signature === detailsFor) return;
   detailsFor = signature;
   const parts = await stepDetails({
-    runId, s, node: state.nodes && state.nodes.get(s.id),
+    get: state.get, runId, s, node: state.nodes && state.nodes.get(s.id),
     definitionProblem: state.definitionProblem, deliveries: state.deliveries,
     origin: model.origin,
   });
