@@ -22,7 +22,7 @@ import contextvars
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import jinja2
 from jinja2 import nodes
@@ -38,6 +38,81 @@ MAX_POWER_BITS = 4096  # ``a ** b`` may make an integer of at most this many bit
 
 class TemplateLimit(jinja2.TemplateRuntimeError):
     """A render that would pass a cost limit."""
+
+
+class OpaqueMisuse(jinja2.TemplateRuntimeError):
+    """A template did something to an opaque value other than insert it."""
+
+
+class Opaque:
+    """A value a template may insert as it is and do nothing else with (a secret): any
+    filter, test, slice, attribute, operator, call or comparison applied to it, or to a
+    list or mapping that holds it, fails the render naming ``label``, never the value.
+    ``repr`` shows the label, so a list printed whole shows no value either."""
+
+    __slots__ = ("_label", "_value")
+
+    def __init__(self, label: str, value: str) -> None:
+        self._label = label
+        self._value = value
+
+    def __str__(self) -> str:
+        return self._value
+
+    def __html__(self) -> str:
+        return self._value  # inserted as it is in an HTML template too, never escaped
+
+    def __repr__(self) -> str:
+        return f"[{self._label}]"
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def refuse(self, what: str) -> NoReturn:
+        raise OpaqueMisuse(f"{self._label} may only be inserted as it is: {what} is refused")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self.refuse(f"its attribute {name!r}")
+
+    def _operator(self, *_: Any) -> Any:
+        self.refuse("an operator")
+
+    __getitem__ = __contains__ = __add__ = __radd__ = __mul__ = __rmul__ = _operator
+    __mod__ = __rmod__ = __sub__ = __truediv__ = __floordiv__ = __pow__ = _operator
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _operator
+    __format__ = __iter__ = __len__ = __neg__ = __pos__ = __call__ = _operator
+
+
+MAX_OPAQUE_WALK = 100_000  # items a check for opaque values walks; past it, refused
+
+
+def _opaque_in(*values: Any) -> Opaque | None:
+    """The first opaque value in ``values``, in a list, tuple or mapping among them."""
+    stack = list(values)
+    walked = 0
+    while stack:
+        item = stack.pop()
+        walked += 1
+        if isinstance(item, Opaque):
+            return item
+        if walked > MAX_OPAQUE_WALK:
+            raise OpaqueMisuse("a value too large to check for secrets")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+    return None
+
+
+def _refuse_opaque(what: str, *values: Any) -> None:
+    found = _opaque_in(*values)
+    if found is not None:
+        found.refuse(what)
 
 
 class _Budget:
@@ -145,6 +220,7 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(*given: Any, **kwargs: Any) -> Any:
         _budget().step()
         args = given[skip:]
+        _refuse_opaque(f"the {name} filter", *args, *kwargs.values())
         if name in _SIZED_FILTERS:
             for value in (*args, *kwargs.values()):
                 if isinstance(value, int) and not isinstance(value, bool) and value > MAX_OUTPUT:
@@ -158,6 +234,17 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+def _guard_test(name: str, fn: Any) -> Callable[..., Any]:
+    skip = 1 if hasattr(fn, "jinja_pass_arg") else 0
+
+    @functools.wraps(fn)
+    def guarded(*given: Any, **kwargs: Any) -> Any:
+        _refuse_opaque(f"the {name} test", *given[skip:], *kwargs.values())
+        return fn(*given, **kwargs)
+
+    return guarded
+
+
 def _check_replace(text: Any, old: Any, new: Any) -> None:
     if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
         count = len(text) + 1 if old == "" else text.count(old)
@@ -165,11 +252,40 @@ def _check_replace(text: Any, old: Any, new: Any) -> None:
             raise _too_big("a replace")
 
 
+# Constructs that turn rendered text into a value a template can go on transforming (a
+# macro's or a block's output, a filter block, ``{% set x %}...{% endset %}``).
+_CAPTURING = (nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock, nodes.Block)
+
+
+def _no_capture_of_secrets(node: nodes.Template) -> None:
+    """A template that names ``secrets`` may not capture what it renders: a secret's value
+    inserted into captured text could be transformed after all."""
+    if not any(n.name == "secrets" for n in node.find_all(nodes.Name)):
+        return
+    named = sorted(
+        {
+            g.attr
+            for g in node.find_all(nodes.Getattr)
+            if isinstance(g.node, nodes.Name) and g.node.name == "secrets"
+        }
+    )
+    which = f"the secret {', '.join(named)}" if named else "secrets"
+    for capture in _CAPTURING:
+        found = next(iter(node.find_all(capture)), None)
+        if found is not None:
+            raise jinja2.TemplateSyntaxError(
+                f"a template that uses {which} may not capture its output (macros, call, "
+                "filter, set or named blocks): a secret is inserted as it is, never transformed",
+                found.lineno,
+            )
+
+
 class _Generator(CodeGenerator):
     """Jinja's code generator with two changes: a loop's iterable is counted against the
     budget, and ``~`` goes through a checked join."""
 
     def visit_Template(self, node: nodes.Template, frame: Frame | None = None) -> None:
+        _no_capture_of_secrets(node)
         # Before the generator collects the filters a template uses, so this one is among them.
         for loop in node.find_all(nodes.For):
             loop.iter = nodes.Filter(
@@ -189,7 +305,8 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     """The immutable sandbox, its operators, calls, loops and filters on a budget."""
 
     code_generator_class = _Generator
-    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    intercepted_binops = frozenset({"*", "**", "+", "%", "-", "/", "//"})
+    intercepted_unops = frozenset({"-", "+"})
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -200,6 +317,8 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         self.globals["range"] = self._range
         self.filters = {name: _guard_filter(name, fn) for name, fn in self.filters.items()}
         self.filters["lantern_counted"] = _counted
+        guarded: dict[str, Any] = {n: _guard_test(n, fn) for n, fn in self.tests.items()}
+        self.tests = guarded
 
     @staticmethod
     def _range(*args: int) -> range:
@@ -207,8 +326,23 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         return safe_range(*args)  # OverflowError past the sandbox's MAX_RANGE (100,000)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        _refuse_opaque(f"the {operator} operator", left, right)
         _binop(operator, left, right)
         return super().call_binop(context, operator, left, right)
+
+    def call_unop(self, context: Context, operator: str, arg: Any) -> Any:
+        _refuse_opaque(f"the unary {operator} operator", arg)
+        return super().call_unop(context, operator, arg)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Opaque):
+            obj.refuse(f"its attribute {attribute!r}")
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, Opaque):
+            obj.refuse("a slice or an index" if isinstance(argument, slice | int) else "an item")
+        return super().getitem(obj, argument)
 
     def call(
         __self,
@@ -218,6 +352,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         **kwargs: Any,
     ) -> Any:
         _budget().step()
+        _refuse_opaque("a call", __obj, *args, *kwargs.values())
         name = getattr(__obj, "__name__", "")
         # The sandbox hands out str.format wrapped; the string is the wrapped method's.
         owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
@@ -239,6 +374,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         return _check_size(result, "a call")
 
     def lantern_concat(self, parts: tuple[Any, ...]) -> str:
+        _refuse_opaque("the ~ operator", *[p for p in parts if isinstance(p, Opaque)])
         pieces = [str(p) for p in parts]
         if sum(len(p) for p in pieces) > MAX_OUTPUT:
             raise _too_big("a ~ concatenation")

@@ -433,6 +433,13 @@ def _check_ai_step(
     _check_model_fields(where, data, problems, routes)
     if not isinstance(data.get("prompt"), str):
         problems.append(f"{where}: an ai-step needs data.prompt, a string (templates allowed)")
+    for field in ("prompt", "system"):
+        text = data.get(field)
+        if isinstance(text, str) and templates.names_secrets(text):
+            problems.append(
+                f"{where}: data.{field} uses secrets; an ai-step may not (what a model answers "
+                "is journaled, and could carry a secret in any form)"
+            )
     if data.get("responseFormat", "text") not in ("text", "json"):
         problems.append(f"{where}: data.responseFormat must be 'text' or 'json'")
     if "confidence" in data:

@@ -8,14 +8,41 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import jinja2
 
 from lantern.errors import StepError
 from lantern.nodes.base import NodeExecutor, Noted, StepContext, Waiting
+from lantern.sandbox import Opaque
 from lantern.secrets import redact
 from lantern.secrets.box import SecretUnreadable
 
-USING = frozenset({"connector", "tool", "ai-step"})
+# An ai-step is not among them: a model's answer is journaled, and could carry a secret
+# in any form it likes (refused when the definition is applied, lantern/engine/graph.py).
+USING = frozenset({"connector", "tool"})
+
+
+class SecretScope(Mapping[str, Opaque]):
+    """``secrets`` as templates see it: each value an opaque ``[secret NAME]`` that may be
+    inserted as it is and nothing else (lantern/sandbox.py); a name the workspace lacks
+    fails the render naming it."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = {name: Opaque(f"the secret {name}", v) for name, v in values.items()}
+
+    def __getitem__(self, name: str) -> Opaque:
+        found = self._values.get(name)
+        if found is None:
+            raise jinja2.UndefinedError(f"this workspace has no secret named {name!r}")
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 def uses_secrets(data: Any) -> bool:
@@ -34,7 +61,8 @@ def with_secrets(execute: NodeExecutor) -> NodeExecutor:
         scrub = redact.Redactor(values)
         # No live text for such a step: a value echoed across two pieces of streamed text
         # could not be scrubbed; its output, scrubbed, is journaled as always.
-        given = dataclasses.replace(ctx, scope={**ctx.scope, "secrets": dict(values)}, on_text=None)
+        scope = {**ctx.scope, "secrets": SecretScope(values)}
+        given = dataclasses.replace(ctx, scope=scope, on_text=None)
         try:
             answer = await execute(given)
         except Exception as exc:

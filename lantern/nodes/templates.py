@@ -18,7 +18,7 @@ import jinja2
 import markupsafe
 
 from lantern.errors import TemplateError
-from lantern.sandbox import LimitedEnvironment, budgeted, render_bounded
+from lantern.sandbox import LimitedEnvironment, Opaque, budgeted, render_bounded
 
 # The sandbox with a bounded cost: output size, steps, big powers (lantern/sandbox.py).
 _ENV = LimitedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
@@ -126,12 +126,36 @@ def _render_string(text: str, context: dict[str, Any], where: str) -> Any:
             result = budgeted(lambda: expression(**context))
             if isinstance(result, jinja2.Undefined):
                 str(result)  # StrictUndefined raises here, naming what is missing
+            if "secrets" in context:
+                result = _inserted(result)
             return copy.deepcopy(result)
         return render_bounded(_template(text), context)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template error{_place(where)}: {exc}") from exc
     except Exception as exc:  # the expression itself failed: 1 / 0, 1 + "a", a range too big
         raise TemplateError(f"template error{_place(where)}: {type(exc).__name__}: {exc}") from exc
+
+
+def _inserted(value: Any) -> Any:
+    """A single expression's value with each secret in it inserted as it is (its value)."""
+    if isinstance(value, Opaque):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _inserted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_inserted(v) for v in value]
+    return value
+
+
+def names_secrets(text: str) -> bool:
+    """Whether a template reads ``secrets`` (False for one that does not parse)."""
+    if "secrets" not in text:
+        return False
+    try:
+        parsed = _ENV.parse(text)
+    except jinja2.TemplateSyntaxError:
+        return False
+    return any(n.name == "secrets" for n in parsed.find_all(jinja2.nodes.Name))
 
 
 # A run renders the same few templates over and over; compiling is most of the cost.
