@@ -40,9 +40,9 @@ class UsageError(LanternError):
 class DefinitionError(UsageError):
     """An agent definition is invalid. Every problem is listed, each naming its node."""
 
-    def __init__(self, problems: Sequence[str]) -> None:
+    def __init__(self, problems: Sequence[str], what: str = "agent definition") -> None:
         self.problems = list(problems)
-        super().__init__("invalid agent definition: " + "; ".join(self.problems))
+        super().__init__(f"invalid {what}: " + "; ".join(self.problems))
 
 
 class TooLarge(UsageError):

@@ -336,6 +336,7 @@ def main() -> None:
         operate,
         receipts,
         runtime,
+        schedules,
         secrets,
         serve,
         webhooks,
@@ -347,6 +348,7 @@ def main() -> None:
     cli.add_command(workers.workers)
     cli.add_command(webhooks.webhooks)
     cli.add_command(secrets.secrets)
+    cli.add_command(schedules.schedules)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     cli.add_command(runtime.runtime)

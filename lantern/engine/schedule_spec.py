@@ -48,14 +48,15 @@ class ScheduleSpec:
 def check_name(name: str) -> None:
     if not NAME.match(name):
         raise DefinitionError(
-            [f"schedule name {name[:100]!r} must be 1-100 letters, digits, '.', '_' or '-'"]
+            [f"schedule name {name[:100]!r} must be 1-100 letters, digits, '.', '_' or '-'"],
+            "schedule",
         )
 
 
 def parse_spec(body: Any, now: datetime) -> ScheduleSpec:
     """Validate a definition (raising DefinitionError with every problem)."""
     if not isinstance(body, dict):
-        raise DefinitionError(["a schedule is a JSON object"])
+        raise DefinitionError(["a schedule is a JSON object"], "schedule")
     problems = [f"unknown field {k!r}" for k in sorted(set(body) - FIELDS, key=str)]
     agent = body.get("agentName")
     if not isinstance(agent, str) or not NAME.match(agent):
@@ -94,12 +95,12 @@ def parse_spec(body: Any, now: datetime) -> ScheduleSpec:
     if not isinstance(paused, bool):
         problems.append("paused must be true or false")
     if problems:
-        raise DefinitionError(problems)
+        raise DefinitionError(problems, "schedule")
     timing = Timing(cron=cron, every_s=every_s, timezone=tz)
     try:
         timing.after(now)
     except NeverFires as exc:
-        raise DefinitionError([str(exc)]) from None
+        raise DefinitionError([str(exc)], "schedule") from None
     return ScheduleSpec(
         agent_name=cast(str, agent),
         input=body.get("input"),

@@ -24,7 +24,7 @@ from lantern.engine.schedule_spec import ScheduleSpec, check_name, parse_spec, s
 from lantern.errors import Conflict, LanternError, NotFound
 from lantern.store.base import Store
 from lantern.store.records import Run
-from lantern.store.schedules import SKIPS_KEPT, Advance, Schedule, Skip, key_prefix
+from lantern.store.schedules import SKIPS_KEPT, Advance, Schedule, Skip, key_prefix, rfc3339
 
 log = logging.getLogger("lantern.schedules")
 
@@ -37,12 +37,6 @@ def fire_key(name: str, fire_time: datetime) -> str:
     return key_prefix(name) + rfc3339(fire_time)
 
 
-def rfc3339(t: datetime) -> str:
-    t = t.astimezone(UTC)
-    spec = "seconds" if t.microsecond == 0 else "milliseconds"
-    return t.isoformat(timespec=spec).replace("+00:00", "Z")
-
-
 def schedule_of_key(key: str | None) -> dict[str, str] | None:
     """``{name, fireTime}`` of a run a schedule created, from its idempotency key."""
     if key is None or not key.startswith("schedule|"):
@@ -53,12 +47,17 @@ def schedule_of_key(key: str | None) -> dict[str, str] | None:
     return {"name": parts[1], "fireTime": parts[2]}
 
 
-async def apply_schedule(store: Store, workspace: str, name: str, body: Any) -> Schedule:
+async def apply_schedule(
+    store: Store, workspace: str, name: str, body: Any, *, app: App | None = None
+) -> Schedule:
     """Validate and store a definition. One whose timing is unchanged keeps its next fire
     time (so unpausing catches up by its ``catchup``); a new timing starts from now."""
     check_name(name)
     now = datetime.now(UTC)
     spec = parse_spec(body, now)
+    code = app is not None and spec.agent_name in app.agents
+    if not code and await store.get_agent(workspace, spec.agent_name) is None:
+        raise NotFound(f"agent {spec.agent_name!r} not found")
     old = await store.get_schedule(workspace, name)
     next_fire = spec.timing.after(now)
     if old is not None:

@@ -354,6 +354,29 @@ class AsyncClient:
         there is none of that name."""
         await self._send("DELETE", f"/v1/secrets/{_seg(name)}", safe=False)
 
+    async def put_schedule(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace a schedule of the key's workspace (scope ``agents:write``):
+        ``agentName``, ``input``, ``cron`` or ``every``, ``timezone``, ``overlap``, ``catchup``,
+        ``paused`` (docs/schedules.md)."""
+        path = f"/v1/schedules/{_seg(name)}"
+        return _parse(dict, await self._send("PUT", path, json=dict(definition)))
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """The workspace's schedules by name, each with ``nextFireAt`` and ``lastRunId``."""
+        data = await self._send("GET", "/v1/schedules")
+        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+
+    async def schedule(self, name: str) -> dict[str, Any]:
+        return _parse(dict, await self._send("GET", f"/v1/schedules/{_seg(name)}"))
+
+    async def delete_schedule(self, name: str) -> None:
+        await self._send("DELETE", f"/v1/schedules/{_seg(name)}", safe=False)
+
+    async def trigger_schedule(self, name: str) -> Run:
+        """Start the schedule's run now, whatever its overlap policy (scope ``runs:execute``)."""
+        path = f"/v1/schedules/{_seg(name)}/trigger"
+        return _parse(Run.from_json, await self._send("POST", path, safe=False))
+
     async def runtime_nodes(self) -> list[dict[str, Any]]:
         """The runtime nodes that run microVM agents, their drivers, capacity and heartbeats
         (scope ``admin``)."""

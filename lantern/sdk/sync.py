@@ -222,6 +222,21 @@ class Client:
     def delete_secret(self, name: str) -> None:
         return self._thread.run(self._async.delete_secret(name))
 
+    def put_schedule(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        return self._thread.run(self._async.put_schedule(name, definition))
+
+    def schedules(self) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.schedules())
+
+    def schedule(self, name: str) -> dict[str, Any]:
+        return self._thread.run(self._async.schedule(name))
+
+    def delete_schedule(self, name: str) -> None:
+        return self._thread.run(self._async.delete_schedule(name))
+
+    def trigger_schedule(self, name: str) -> Run:
+        return self._thread.run(self._async.trigger_schedule(name))
+
     def runtime_nodes(self) -> list[dict[str, Any]]:
         return self._thread.run(self._async.runtime_nodes())
 

@@ -42,6 +42,7 @@ from lantern.server.routes import (
     receipts,
     runs,
     runtime,
+    schedules,
     secrets,
     stream,
     ui,
@@ -150,7 +151,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         **_telemetry(),
     )
     problems.install(api)
-    routers = (runs, outputs, stream, agents, secrets, workers, workspace)
+    routers = (runs, outputs, stream, agents, secrets, schedules, workers, workspace)
     for module in (*routers, health, receipts, runtime, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")

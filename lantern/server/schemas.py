@@ -55,6 +55,8 @@ class RunOut(BaseModel):
     cancelRequested: bool
     parentRunId: str | None = None
     children: list[str] | None = None  # on GET /v1/runs/{id}: the runs its sub-agents started
+    # on GET /v1/runs/{id}: {name, fireTime} of the schedule fire that created it
+    schedule: dict[str, str] | None = None
     # A code-first run left by a replica without its version: the version of its code it
     # waits for (``lantern runs resume RUN_ID --version NEW`` moves it on).
     waitingForVersion: str | None = None

@@ -9,7 +9,7 @@ idempotency key, and the state moves on with one conditional write on ``next_fir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from lantern.store.records import Run
@@ -104,3 +104,27 @@ def skips_from_json(items: list[dict[str, str]]) -> tuple[Skip, ...]:
 def key_prefix(name: str) -> str:
     """Every run a schedule's fires create has an idempotency key starting with this."""
     return f"schedule|{name}|"
+
+
+def rfc3339(t: datetime) -> str:
+    """A fire time as keys and the API write it: UTC, whole seconds unless it has a fraction."""
+    t = t.astimezone(UTC)
+    spec = "seconds" if t.microsecond == 0 else "milliseconds"
+    return t.isoformat(timespec=spec).replace("+00:00", "Z")
+
+
+def schedule_json(s: Schedule) -> dict[str, Any]:
+    """A schedule as the API gives it (docs/schedules.md)."""
+    return {
+        "name": s.name,
+        **s.definition,
+        "paused": s.paused,
+        "nextFireAt": None if s.paused else rfc3339(s.next_fire_at),
+        "lastFireAt": None if s.last_fire_at is None else rfc3339(s.last_fire_at),
+        "lastRunId": s.last_run_id,
+        "recentSkips": [
+            {"fireTime": rfc3339(k.fire_time), "reason": k.reason} for k in s.recent_skips
+        ],
+        "createdAt": s.created_at.isoformat(),
+        "updatedAt": s.updated_at.isoformat(),
+    }

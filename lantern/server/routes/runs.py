@@ -14,6 +14,7 @@ from lantern.engine.approvals import decide
 from lantern.engine.cancel import cancel_run
 from lantern.engine.resume import resume_run
 from lantern.engine.runs import create_run
+from lantern.engine.schedules import schedule_of_key
 from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.ratelimit import StreamsExceeded
@@ -113,14 +114,24 @@ async def list_runs(
     agentName: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    schedule: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
 ) -> dict[str, Any]:
-    runs = await services(request).store.list_runs(
-        key.workspace,
-        status=status,
-        agent_name=agentName,
-        limit=limit + 1,
-        before=decode_cursor(cursor),
-    )
+    store = services(request).store
+    if schedule is not None:  # the runs a schedule's fires created (docs/schedules.md)
+        found = await store.schedule_runs(
+            key.workspace, schedule, limit=limit + 1, before=decode_cursor(cursor)
+        )
+        runs = [
+            r for r in found if status in (None, r.status) and agentName in (None, r.agent_name)
+        ]
+    else:
+        runs = await store.list_runs(
+            key.workspace,
+            status=status,
+            agent_name=agentName,
+            limit=limit + 1,
+            before=decode_cursor(cursor),
+        )
     more = len(runs) > limit
     runs = runs[:limit]
     return {
@@ -143,7 +154,11 @@ async def get(
         # A long-poll holds a connection as a stream does.
         with s.streams.hold(key.id), store.notifier.subscribe(run_id) as sub:
             run = await finished_within(store, key, run, sub, wait)  # subscribed, then read
-    return {**run_json(run), "children": await child_ids(store, run)}
+    return {
+        **run_json(run),
+        "children": await child_ids(store, run),
+        "schedule": schedule_of_key(await store.run_key(run.id)),
+    }
 
 
 async def finished_within(
