@@ -28,7 +28,7 @@ from lantern.engine.journal import count_committed
 from lantern.errors import StoreUnavailable
 from lantern.observability import logs, metrics
 from lantern.store.base import Store
-from lantern.store.records import Append, NewEvent, Run
+from lantern.store.records import Append, Lease, NewEvent, Run, RunUpdate
 
 # The app's commit listeners (``App.on_commit``): called with the run id and its new events.
 Listener = Callable[[str, Sequence[NewEvent]], None]
@@ -125,6 +125,23 @@ async def commit(
     await append(store, batch, patience=patience, health=health)
     metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
     committed(batch, listeners, run)
+
+
+async def start(
+    store: Store,
+    run_id: str,
+    worker_id: str,
+    ttl: float,
+    events: Sequence[NewEvent],
+    update: RunUpdate,
+) -> Lease | None:
+    """Lease a never-started run and journal its opening in one transaction (``start_run``),
+    timed like every other journal write; None when another worker started it first."""
+    started = time.perf_counter()
+    lease = await store.start_run(run_id, worker_id, ttl, events, update)
+    if lease is not None:
+        metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
+    return lease
 
 
 def committed(batch: Append, listeners: Sequence[Listener] = (), run: Run | None = None) -> None:

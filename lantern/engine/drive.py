@@ -243,7 +243,8 @@ class Drive(ABC):
         """Lease a never-started run and journal its opening, in one transaction."""
         self.ledger = Ledger(self.run.id)
         events, update = self._open()
-        lease = await self.host.store.start_run(
+        lease = await commits.start(
+            self.host.store,
             self.run.id,
             self.host.worker_id,
             self.host.keeper.ttl,

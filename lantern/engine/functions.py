@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern.app import CodeAgent
-from lantern.engine import code_input, determinism
+from lantern.engine import code_input, commits, determinism
 from lantern.engine import events as ev
 from lantern.engine.anomalies import settings, signature
 from lantern.engine.code_agents import CodeSpec
@@ -128,7 +128,8 @@ class FunctionDrive(Drive):
                 return_when=asyncio.FIRST_COMPLETED,
             )
             batch, _ = self._take()
-            lease = await self.host.store.start_run(
+            lease = await commits.start(
+                self.host.store,
                 self.run.id,
                 self.host.worker_id,
                 self.host.keeper.ttl,
