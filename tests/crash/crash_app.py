@@ -21,8 +21,13 @@ import lantern
 from lantern.store import NewEvent
 
 app = lantern.App()
-# Started only when a step first names one of its tools (tests/mcp: a notes store).
-app.mcp("notes", command=[sys.executable, "-m", "tests.mcp.notes_server"])
+# Started only when a step first names one of its tools (tests/mcp: a notes store). A stdio
+# server gets only an allow-listed environment, so where it logs its calls is passed on.
+app.mcp(
+    "notes",
+    command=[sys.executable, "-m", "tests.mcp.notes_server"],
+    env={"NOTES_LOG": os.environ.get("NOTES_LOG", "")},
+)
 if os.environ.get("LANTERN_TEST_PRELOAD_OPENAI"):
     # Imported at start: the SDK's first import blocks the event loop (for seconds on a busy
     # machine), which a test that times leases must not mistake for a step's time.
