@@ -147,6 +147,12 @@ WITH lease AS (
     UPDATE runs SET status = %(status)s, output = %(output)s::jsonb, error = %(error)s::jsonb,
                     updated_at = now()
     WHERE id IN (SELECT run_id FROM lease)
+), served AS (
+    -- Starting a queued run serves its workspace, as a claim does, so a run a replica drives
+    -- at its create still counts in the claim's fairness between workspaces.
+    INSERT INTO workspace_claims (workspace, claimed_at)
+    SELECT r.workspace, now() FROM runs r JOIN lease l ON l.run_id = r.id
+    ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at
 )
 SELECT epoch FROM lease
 """

@@ -52,6 +52,14 @@ class Journal(Leases):
             lease = self._upsert_lease(conn, run_id, worker_id, ttl, True)
             if lease is not None:
                 _append_one(conn, Append(lease, tuple(events), update))
+                # Starting a queued run serves its workspace, as a claim does, so a run a
+                # replica drives at its create still counts in the claim's fairness.
+                conn.execute(
+                    "INSERT INTO workspace_claims (workspace, claimed_at)"
+                    " SELECT workspace, ? FROM runs WHERE id = ?"
+                    " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at",
+                    (time.time(), run_id),
+                )
             return lease
 
         lease = await self._write(tx)
