@@ -27,12 +27,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def make_key(database_url: str, workspace: str, scopes: str, name: str | None = None) -> str:
+def make_key(
+    database_url: str,
+    workspace: str,
+    scopes: str,
+    name: str | None = None,
+    *,
+    operator: bool = False,
+) -> str:
     async def issue() -> str:
         store = open_store(database_url)
         await store.open()
         try:
-            _, plaintext = await issue_key(store, workspace, set(scopes.split(",")), name)
+            wanted = {s for s in scopes.split(",") if s}
+            _, plaintext = await issue_key(store, workspace, wanted, name, operator=operator)
         finally:
             await store.close()
         return plaintext

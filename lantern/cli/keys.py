@@ -14,13 +14,24 @@ def keys() -> None:
 
 
 @keys.command("create")
-@click.option("--scopes", required=True, help="Comma-separated: runs:execute,runs:read,...")
+@click.option("--scopes", default="", help="Comma-separated: runs:execute,runs:read,...")
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True)
 @click.option("--name", help="Who holds the key (shown where it approves or cancels).")
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Also reads the cluster's state across workspaces (/v1/runtime/scheduler, "
+    "/v1/runtime/nodes), which a workspace's admin key cannot.",
+)
 @click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 @click.pass_context
 def create(
-    ctx: click.Context, scopes: str, workspace: str, name: str | None, database_url: str | None
+    ctx: click.Context,
+    scopes: str,
+    workspace: str,
+    name: str | None,
+    operator: bool,
+    database_url: str | None,
 ) -> None:
     """Print a new key. It is shown this once: only its hash is stored."""
     with_database(ctx, database_url)
@@ -31,7 +42,7 @@ def create(
 
         async with opened(s) as store:
             wanted = {p.strip() for p in scopes.split(",") if p.strip()}
-            _, plaintext = await issue_key(store, workspace, wanted, name)
+            _, plaintext = await issue_key(store, workspace, wanted, name, operator=operator)
         click.echo(plaintext)
 
     run(body)

@@ -95,7 +95,7 @@ def nodes() -> None:
     s = settings(click.get_current_context())
 
     async def body() -> None:
-        api = remote()  # with LANTERN_URL, that server's nodes (the key needs admin)
+        api = remote()  # with LANTERN_URL, that server's nodes (an operator key)
         if api is not None:
             async with api:
                 found = await api.runtime_nodes()

@@ -379,7 +379,7 @@ class AsyncClient:
 
     async def runtime_nodes(self) -> list[dict[str, Any]]:
         """The runtime nodes that run microVM agents, their drivers, capacity and heartbeats
-        (scope ``admin``)."""
+        (an operator key: ``lantern keys create --operator``)."""
         data = await self._send("GET", "/v1/runtime/nodes")
         return _parse(lambda d: [dict(item) for item in d["items"]], data)
 

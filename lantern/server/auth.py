@@ -28,6 +28,10 @@ SCOPES = frozenset(
         "admin",
     }
 )
+# Not a workspace's scope: the cluster's own state (the scheduler, the runtime nodes) spans every
+# workspace, so only `lantern keys create --operator` grants it, and a workspace's admin does
+# not imply it.
+OPERATOR = "operator"
 PREFIX = "lk_"
 
 
@@ -36,14 +40,23 @@ def _hash(secret: str) -> str:
 
 
 async def issue_key(
-    store: Store, workspace: str, scopes: set[str], name: str | None = None
+    store: Store,
+    workspace: str,
+    scopes: set[str],
+    name: str | None = None,
+    *,
+    operator: bool = False,
 ) -> tuple[ApiKey, str]:
     """Store a new key and return it with its plaintext, which is never seen again. ``name``
-    labels whoever holds it (a person, a service): it is shown where the key acts."""
+    labels whoever holds it (a person, a service): it is shown where the key acts. An
+    ``operator`` key also reads the cluster's state across workspaces (``OPERATOR``)."""
     unknown = scopes - SCOPES
-    if unknown or not scopes:
+    if unknown or not (scopes or operator):
         problem = f"unknown scopes {', '.join(sorted(unknown))}" if unknown else "no scopes"
-        raise UsageError(f"{problem}; the scopes are {', '.join(sorted(SCOPES))}")
+        hint = " (an operator key: --operator)" if OPERATOR in unknown else ""
+        raise UsageError(f"{problem}; the scopes are {', '.join(sorted(SCOPES))}{hint}")
+    if operator:
+        scopes = scopes | {OPERATOR}
     if not workspace or len(workspace) > 100:
         raise UsageError("a workspace name is 1-100 characters")
     if name is not None and (not 1 <= len(name) <= 100 or not name.isprintable()):
@@ -69,5 +82,12 @@ async def authenticate(store: Store, authorization: str | None) -> ApiKey:
 
 
 def require(key: ApiKey, scope: str) -> None:
-    if scope not in key.scopes and "admin" not in key.scopes:
+    if scope in key.scopes:
+        return
+    if scope == OPERATOR:
+        raise Forbidden(
+            "this needs an operator key (lantern keys create --operator);"
+            " a workspace's admin key is not one"
+        )
+    if "admin" not in key.scopes:
         raise Forbidden(f"this key lacks the {scope!r} scope")

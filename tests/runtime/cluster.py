@@ -81,6 +81,9 @@ class Cluster:
         self.servers: list[Server] = []
         self.nodes: list[RuntimeNodeProcess] = []
         self.key = make_key(database_url, "default", "runs:execute,runs:read,agents:write,admin")
+        # The scheduler and the runtime nodes serve every workspace: a workspace's admin key
+        # cannot read them (docs/runtime.md).
+        self.operator = make_key(database_url, "default", "", operator=True)
 
     def serve(self, n: int = 1, *, app: str | None = None, **env: str) -> Cluster:
         for i in range(n):
@@ -107,9 +110,11 @@ class Cluster:
 
     # -- the API -------------------------------------------------------------------------
 
-    def api(self, method: str, path: str, server: int = 0, **kw: Any) -> httpx.Response:
+    def api(
+        self, method: str, path: str, server: int = 0, key: str | None = None, **kw: Any
+    ) -> httpx.Response:
         url = self.servers[server].url + path
-        headers = {"Authorization": f"Bearer {self.key}"}
+        headers = {"Authorization": f"Bearer {key or self.key}"}
         return httpx.request(method, url, headers=headers, timeout=30, **kw)
 
     def ok(self, method: str, path: str, **kw: Any) -> Any:

@@ -35,7 +35,9 @@ def shared(tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iter
     found = Cluster(sqlite_url(tmp), tmp).serve(1, **fake.env())
     found.node("n1")
     try:
-        found.wait_for(lambda: found.ok("GET", "/v1/runtime/nodes")["items"], 60)
+        found.wait_for(
+            lambda: found.ok("GET", "/v1/runtime/nodes", key=found.operator)["items"], 60
+        )
         yield found
     finally:
         found.close()

@@ -42,7 +42,9 @@ def shared(tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iter
     for node in ("n1", "n2"):
         found.node(node, capacity=12)
     try:
-        found.wait_for(lambda: len(found.ok("GET", "/v1/runtime/nodes")["items"]) == 2, 60)
+        found.wait_for(
+            lambda: len(found.ok("GET", "/v1/runtime/nodes", key=found.operator)["items"]) == 2, 60
+        )
         yield found
     finally:
         found.close()

@@ -28,7 +28,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
     def registered() -> bool:
         """both runtime nodes are registered (a test may run first in its worker)"""
-        return len(found.ok("GET", "/v1/runtime/nodes")["items"]) == 2
+        return len(found.ok("GET", "/v1/runtime/nodes", key=found.operator)["items"]) == 2
 
     try:
         found.wait_for(registered, 60)
@@ -181,7 +181,7 @@ def test_an_agent_no_runtime_node_could_run_is_refused(shared: Cluster) -> None:
         assert expected in answer.json()["detail"]
         assert "sandbox" in answer.json()["detail"] or "largest" in answer.json()["detail"]
     assert shared.api("GET", "/v1/agents/never").status_code == 404  # nothing stored
-    nodes = shared.ok("GET", "/v1/runtime/nodes")["items"]
+    nodes = shared.ok("GET", "/v1/runtime/nodes", key=shared.operator)["items"]
     assert sorted((n["nodeId"], n["driver"], n["state"]) for n in nodes) == [
         ("n1", "sandbox", "up"),
         ("n2", "sandbox", "up"),
@@ -194,3 +194,27 @@ def test_a_plain_def_entrypoint_runs_with_a_blocking_context(shared: Cluster) ->
     run = shared.finished(shared.start_run("plain", {"n": 21}))
     assert run["status"] == "succeeded", run
     assert run["output"] == {"doubled": 42, "run": run["id"]}
+
+
+def test_the_cluster_state_answers_only_to_an_operator_key(shared: Cluster) -> None:
+    """The scheduler's waiting runs and the runtime nodes span every workspace: a workspace's
+    admin key gets 403; `lantern keys create --operator` makes a key that reads them and
+    nothing of a workspace."""
+    env = {**os.environ, "LANTERN_DATABASE_URL": shared.database_url}
+    env.pop("LANTERN_URL", None)
+    made = subprocess.run(
+        [LANTERN, "keys", "create", "--operator", "--name", "ops"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    operator = made.stdout.strip()
+    for path in ("/v1/runtime/scheduler", "/v1/runtime/nodes"):
+        denied = shared.api("GET", path)  # runs:*, agents:write and admin
+        assert denied.status_code == 403, denied.text
+        assert "--operator" in denied.json()["detail"], denied.text
+        assert shared.api("GET", path, key=operator).status_code == 200, path
+    assert shared.api("GET", "/v1/runs", key=operator).status_code == 403
+    refused = subprocess.run(
+        [LANTERN, "keys", "create", "--scopes", "admin,operator"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--operator" in refused.stderr, refused.stderr

@@ -31,7 +31,7 @@ def test_the_leader_killed_another_replica_leads_with_a_higher_epoch(
 
         def leading() -> dict[str, object] | None:
             """a replica leads"""
-            found = cluster.ok("GET", "/v1/runtime/scheduler")
+            found = cluster.ok("GET", "/v1/runtime/scheduler", key=cluster.operator)
             return found if found["leader"] else None
 
         status = cluster.wait_for(leading, 30)
@@ -47,7 +47,7 @@ def test_the_leader_killed_another_replica_leads_with_a_higher_epoch(
 
         def new_leader() -> dict[str, object] | None:
             """another replica leads"""
-            found = cluster.ok("GET", "/v1/runtime/scheduler", server=other)
+            found = cluster.ok("GET", "/v1/runtime/scheduler", key=cluster.operator, server=other)
             return found if found["leader"] == ids[other] else None
 
         took = cluster.wait_for(new_leader, 30)
@@ -124,7 +124,7 @@ def test_reports_under_a_wrong_or_stale_token_write_nothing(tmp_path: Path) -> N
                 await store.close()
 
         cluster.wait_for(lambda: cluster.events(run_id))  # run_started: it waits for a node
-        waiting = cluster.ok("GET", "/v1/runtime/scheduler")["waiting"]
+        waiting = cluster.ok("GET", "/v1/runtime/scheduler", key=cluster.operator)["waiting"]
         assert {"runId": run_id, "reason": "no runtime node is up"} in waiting
         report = {"events": [{"kind": "step_started", "stepId": "a", "attempt": 1}]}
         url = cluster.servers[0].url + "/v1/runtime/report"

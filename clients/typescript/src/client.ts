@@ -456,7 +456,7 @@ export class LanternClient {
     return checked(await this.send<WorkerPage>("GET", "/v1/workers", options), ["items"]).items;
   }
 
-  /** The runtime nodes that run microVM agents: drivers, capacity, heartbeats (scope `admin`). */
+  /** The runtime nodes that run microVM agents: drivers, capacity, heartbeats (an operator key). */
   async runtimeNodes(options: CallOptions = {}): Promise<Record<string, unknown>[]> {
     const answer = await this.send<{ items: Record<string, unknown>[] }>(
       "GET",

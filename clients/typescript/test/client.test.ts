@@ -344,7 +344,10 @@ describe("the workspace and the server", () => {
 
     const workers = await admin.workers();
     assert.ok(workers.some((w) => w.id === `ts-test-${server.port}` && w.alive));
-    assert.deepEqual(await admin.runtimeNodes(), []);
+    const notOperator = await admin.runtimeNodes().catch((e: unknown) => e);
+    assert.ok(notOperator instanceof PermissionDenied, String(notOperator)); // admin is not operator
+    const operator = new LanternClient({ baseUrl: server.url, apiKey: await server.operatorKey() });
+    assert.deepEqual(await operator.runtimeNodes(), []);
     const run = await client.createRun("chain", {});
     await client.wait(run.id, { timeoutMs: 30_000 });
     assert.deepEqual(await client.deliveries(run.id), []); // a graph of model steps delivers nothing

@@ -129,6 +129,15 @@ export class Server {
     );
     return stdout.trim();
   }
+
+  /** An operator key (`lantern keys create --operator`): the cluster's own state. */
+  async operatorKey(): Promise<string> {
+    const { stdout } = await run(LANTERN, ["keys", "create", "--operator"], {
+      env: this.environment(),
+      cwd: this.folder,
+    });
+    return stdout.trim();
+  }
 }
 
 export function sleep(ms: number): Promise<void> {

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from lantern.runtime.relay import Relay
 from lantern.runtime.scheduler import Scheduler
 from lantern.runtime.views import node_json, scheduler_json, vm_json
+from lantern.server.auth import OPERATOR
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import PROBLEMS
 from lantern.store.records import ApiKey
@@ -91,8 +92,9 @@ async def run_vms(
 
 @router.get("/v1/runtime/nodes")
 async def nodes(
-    request: Request, key: Annotated[ApiKey, Depends(scope("admin"))]
+    request: Request, key: Annotated[ApiKey, Depends(scope(OPERATOR))]
 ) -> dict[str, Any]:
+    """Every runtime node of the cluster (an operator key: they serve every workspace)."""
     s = services(request)
     found = await s.store.list_nodes()
     return {"items": [node_json(n, s.settings.node_ttl) for n in found]}
@@ -100,8 +102,9 @@ async def nodes(
 
 @router.get("/v1/runtime/scheduler")
 async def scheduler(
-    request: Request, key: Annotated[ApiKey, Depends(scope("admin"))]
+    request: Request, key: Annotated[ApiKey, Depends(scope(OPERATOR))]
 ) -> dict[str, Any]:
+    """The scheduler leader and what waits, across workspaces (an operator key)."""
     sched, _ = _runtime(request)
     lease = await services(request).store.get_named_lease(SCHEDULER)
     return {**scheduler_json(lease), **sched.status()}
