@@ -24,7 +24,15 @@ from lantern.engine.schedule_spec import ScheduleSpec, check_name, parse_spec, s
 from lantern.errors import Conflict, LanternError, NotFound
 from lantern.store.base import Store
 from lantern.store.records import Run
-from lantern.store.schedules import SKIPS_KEPT, Advance, Schedule, Skip, key_prefix, rfc3339
+from lantern.store.schedules import (
+    SCHEDULE_KEYS,
+    SKIPS_KEPT,
+    Advance,
+    Schedule,
+    Skip,
+    key_prefix,
+    rfc3339,
+)
 
 log = logging.getLogger("lantern.schedules")
 
@@ -39,7 +47,7 @@ def fire_key(name: str, fire_time: datetime) -> str:
 
 def schedule_of_key(key: str | None) -> dict[str, str] | None:
     """``{name, fireTime}`` of a run a schedule created, from its idempotency key."""
-    if key is None or not key.startswith("schedule|"):
+    if key is None or not key.startswith(SCHEDULE_KEYS):
         return None
     parts = key.split("|")
     if len(parts) != 3:

@@ -85,9 +85,17 @@ class ScheduleStore(Protocol):
         """A fire outside the schedule's own times (trigger now): the last fire and run."""
 
     async def schedule_runs(
-        self, workspace: str, name: str, *, limit: int = 50, before: str | None = None
+        self,
+        workspace: str,
+        name: str,
+        *,
+        status: str | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Run]:
-        """The runs the schedule's fires created, newest first."""
+        """The runs the schedule's fires created, newest first (of ``status`` and
+        ``agent_name`` where given)."""
 
     async def run_key(self, run_id: str) -> str | None:
         """The idempotency key the run was created under."""
@@ -101,9 +109,12 @@ def skips_from_json(items: list[dict[str, str]]) -> tuple[Skip, ...]:
     return tuple(Skip(datetime.fromisoformat(i["fireTime"]), i["reason"]) for i in items)
 
 
+SCHEDULE_KEYS = "schedule|"  # the idempotency keys of runs schedules start: theirs alone
+
+
 def key_prefix(name: str) -> str:
     """Every run a schedule's fires create has an idempotency key starting with this."""
-    return f"schedule|{name}|"
+    return f"{SCHEDULE_KEYS}{name}|"
 
 
 def rfc3339(t: datetime) -> str:

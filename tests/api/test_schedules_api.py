@@ -42,7 +42,25 @@ def test_a_schedule_round_trip_and_trigger_now(api_server: Server) -> None:
         listed = alice.get("/v1/runs", params={"schedule": "nightly"}).json()["items"]
         assert [r["id"] for r in listed] == [run["id"]]
         assert alice.get("/v1/schedules/nightly").json()["lastRunId"] == run["id"]
-        paused = alice.put("/v1/schedules/nightly", json={**body, "paused": True}).json()
+        # Filters beside ?schedule= are applied in the query: full pages, a cursor to the rest.
+        assert alice.put("/v1/agents/tock", json={**TICK, "name": "tock"}).status_code == 200
+        second = alice.post("/v1/schedules/nightly/trigger").json()["id"]
+        assert alice.put("/v1/schedules/nightly", json={**body, "agentName": "tock"}).is_success
+        alice.post("/v1/schedules/nightly/trigger")
+        alice.post("/v1/schedules/nightly/trigger")
+        ticks: dict[str, str | int] = {"schedule": "nightly", "agentName": "tick", "limit": 1}
+        first_page = alice.get("/v1/runs", params=ticks).json()
+        assert [r["id"] for r in first_page["items"]] == [second]
+        rest = alice.get("/v1/runs", params={**ticks, "cursor": first_page["nextCursor"]})
+        assert [r["id"] for r in rest.json()["items"]] == [run["id"]]
+        # A client's Idempotency-Key in the schedules' namespace would take a fire time's run.
+        fire_key = {"Idempotency-Key": f"schedule|nightly|{got['nextFireAt']}"}
+        stolen = alice.post("/v1/runs", json={"agentName": "tick"}, headers=fire_key)
+        assert stolen.status_code == 422 and "schedule|" in stolen.json()["detail"]
+        assert len(alice.get("/v1/runs", params={"limit": 200}).json()["items"]) == 4
+        paused = alice.put(
+            "/v1/schedules/nightly", json={**body, "agentName": "tock", "paused": True}
+        ).json()
         assert paused["paused"] and paused["nextFireAt"] is None
         assert [s["name"] for s in alice.get("/v1/schedules").json()["items"]] == ["nightly"]
         assert alice.delete("/v1/schedules/nightly").status_code == 204

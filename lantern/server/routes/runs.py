@@ -32,6 +32,7 @@ from lantern.server.schemas import (
 from lantern.store.base import Store
 from lantern.store.notify import Subscription
 from lantern.store.records import ApiKey, Event, Run
+from lantern.store.schedules import SCHEDULE_KEYS
 from lantern.views import delivery_json, event_json, run_json
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=PROBLEMS)
@@ -74,6 +75,11 @@ async def create(
     """Create a run (202, queued); with ``?wait=SECONDS``, answer when it finished within that
     many seconds (200, the finished run, as ``GET ?wait`` gives it), else as it stands then
     (202): one request instead of two for a short run."""
+    if idempotency_key is not None and idempotency_key.startswith(SCHEDULE_KEYS):
+        # Schedules' own namespace: a client's key there could take a fire time's run.
+        raise UsageError(
+            f"Idempotency-Key may not start with {SCHEDULE_KEYS!r}: schedules' fires use those"
+        )
     s = services(request)
     run = await create_run(
         s.store,
@@ -118,12 +124,14 @@ async def list_runs(
 ) -> dict[str, Any]:
     store = services(request).store
     if schedule is not None:  # the runs a schedule's fires created (docs/schedules.md)
-        found = await store.schedule_runs(
-            key.workspace, schedule, limit=limit + 1, before=decode_cursor(cursor)
+        runs = await store.schedule_runs(
+            key.workspace,
+            schedule,
+            status=status,
+            agent_name=agentName,
+            limit=limit + 1,
+            before=decode_cursor(cursor),
         )
-        runs = [
-            r for r in found if status in (None, r.status) and agentName in (None, r.agent_name)
-        ]
     else:
         runs = await store.list_runs(
             key.workspace,

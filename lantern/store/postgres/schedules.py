@@ -126,7 +126,14 @@ class Schedules(PostgresConnection):
         )
 
     async def schedule_runs(
-        self, workspace: str, name: str, *, limit: int = 50, before: str | None = None
+        self,
+        workspace: str,
+        name: str,
+        *,
+        status: str | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Run]:
         prefix = key_prefix(name)
         sql = (
@@ -134,6 +141,10 @@ class Schedules(PostgresConnection):
             " AND substr(idempotency_key, 1, %s) = %s"
         )
         args: list[Any] = [workspace, len(prefix), prefix]
+        for column, value in (("status", status), ("agent_name", agent_name)):
+            if value is not None:
+                sql += f" AND {column} = %s"
+                args.append(value)
         if before is not None:
             sql += " AND id < %s"
             args.append(before)

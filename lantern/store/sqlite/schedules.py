@@ -133,7 +133,14 @@ class Schedules(SQLiteConnection):
         await self._write(lambda c: c.execute(sql, (at, run_id, workspace, name, at)).rowcount)
 
     async def schedule_runs(
-        self, workspace: str, name: str, *, limit: int = 50, before: str | None = None
+        self,
+        workspace: str,
+        name: str,
+        *,
+        status: str | None = None,
+        agent_name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Run]:
         prefix = key_prefix(name)
         sql = (
@@ -141,6 +148,10 @@ class Schedules(SQLiteConnection):
             " AND substr(idempotency_key, 1, ?) = ?"
         )
         args: list[Any] = [workspace, len(prefix), prefix]
+        for column, value in (("status", status), ("agent_name", agent_name)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
         if before is not None:
             sql += " AND id < ?"
             args.append(before)
