@@ -122,6 +122,7 @@ class Settings:
     tool_threads: int = DEFAULT_TOOL_THREADS  # LANTERN_TOOL_THREADS: sync tools' thread pool
     trace_export: bool = False  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set: export spans
     retention: float | None = None  # LANTERN_RETENTION: finished runs kept this long (None: all)
+    max_output_bytes: int = 10 * 1024 * 1024  # LANTERN_MAX_OUTPUT_BYTES: a step's output, at most
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -158,6 +159,7 @@ class Settings:
             tool_threads=tool_threads(e),
             trace_export=trace_export(e),
             retention=retention(e),
+            max_output_bytes=max_output_bytes(e),
         )
 
     @property

@@ -14,9 +14,7 @@ from lantern.engine.graph import RETRYABLE_CLASSES
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import UsageError
 from lantern.models import registry, router
-from lantern.models.budget import spent_in
 from lantern.models.records import Message, ToolCall, ToolSpec
-from lantern.store.records import RunUsage
 
 
 def model_name(model: Any, routes: router.Routes | None) -> str:
@@ -89,12 +87,3 @@ def tool_specs(box: Toolbox, given: Any, *, missing: str) -> tuple[str | ToolSpe
         else:
             raise UsageError("ctx.model: tools are tool names or {name, description, parameters}")
     return tuple(specs)
-
-
-def model_spent(outputs: Mapping[str, Any], types: Mapping[str, str]) -> RunUsage:
-    """What the run's model steps have spent so far (the run budget's gate reads it)."""
-    return spent_in(
-        out.get("usage")
-        for s, out in outputs.items()
-        if types.get(s) == "llm" and isinstance(out, dict)
-    )

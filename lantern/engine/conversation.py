@@ -19,7 +19,7 @@ from typing import Any
 from lantern.app import ToolContext
 from lantern.engine import turns
 from lantern.engine.anomalies import signature
-from lantern.engine.drive import Drive, DriveHost, contained
+from lantern.engine.drive import Drive, DriveHost
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
 from lantern.engine.ledger import Attempt, Completed, Due, Exit, Failed, Retry, encoded, no_usage
@@ -28,11 +28,10 @@ from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import LanternError, StepError, ToolUnavailable
 from lantern.models import tools
-from lantern.models.budget import spent_in
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.observability import logs
-from lantern.store.records import NewEvent, Run, RunUpdate, RunUsage
+from lantern.store.records import NewEvent, Run, RunUpdate
 
 # The action, its attempt, and (a retry waiting out its backoff) when that attempt is due,
 # in epoch ms: it is journaled as started only then.
@@ -44,7 +43,7 @@ class Conversation(Drive):
 
     def __init__(self, host: DriveHost, run: Run, agent: PlainAgent) -> None:
         # A plain agent has no graph to pause at: a "pause" policy is recorded, not applied.
-        super().__init__(host, run, anomalies=agent.anomalies, can_pause=False)
+        super().__init__(host, run, anomalies=agent.anomalies, can_pause=False, budget=agent.budget)
         self.agent = agent
         self.policy = RetryPolicy.of({"retry": agent.retry}, "model")
         # The agent's limit, else the server's (LANTERN_STEP_TIMEOUT).
@@ -94,7 +93,7 @@ class Conversation(Drive):
                 return None
             await self.commit([self.start(action.step, attempt, _start_data(action))])
         model = isinstance(action, turns.CallModel)
-        work = contained(action.step, self._invoke(action, attempt))
+        work = self._invoke(action, attempt)
         task = self.perform(action.step, attempt, work, self.timeout if model else None)
         cancel = asyncio.ensure_future(self.cancelled.wait())
         try:
@@ -201,7 +200,7 @@ class Conversation(Drive):
         result = await call(
             self.host.models,
             request,
-            gate(self.host.store, self.run, self.agent.budget, self._spent, self.host.models),
+            gate(self.host.store, self.run, self.ledger, self.host.models),
             on_text=on_text,
         )
         output = result.output()
@@ -211,13 +210,6 @@ class Conversation(Drive):
             # same way even if an MCP server's tool list changed meanwhile.
             call_json["tool"] = names.get(call_json["name"], "")
         return output
-
-    def _spent(self) -> RunUsage:
-        return spent_in(
-            out.get("usage")
-            for step, out in self.outputs.items()
-            if step.startswith("llm:") and isinstance(out, dict)
-        )
 
     async def _tool_call(self, action: turns.CallTool, attempt: int, key: str) -> Any:
         """The tool's answer; a failure goes back to the model as ``{"error": ...}``, but a
@@ -249,7 +241,7 @@ class Conversation(Drive):
         except Exception as exc:
             logs.tool_raised(action.tool or "?", self.run.id, action.step, exc)
             return {"error": f"{type(exc).__name__}: {exc}"}
-        problem = encoded(result)
+        problem = encoded(result, self.ledger.max_output)
         if isinstance(problem, str):
             unstorable = "returned a value the journal cannot store"
             return {"error": f"tool {action.tool!r} {unstorable}: {problem}"}

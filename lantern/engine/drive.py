@@ -17,7 +17,9 @@ workload's reports); how it journals what it does does not, and lives here:
   pure, folded from the journal and from every event this drive makes): ``start`` journals
   ``step_started`` (write-ahead: before the step is invoked); ``perform`` runs the step's
   work as a task through ``observed`` (its span, current while it runs so ``traceparent``
-  rides on its requests; its duration and model usage) within its step timeout; ``settle``
+  rides on its requests; its duration and model usage) within its step timeout, anything
+  its work raises but a store failure made the attempt's StepError (``ledger.step_error``,
+  the one mapping every kind of run uses); ``settle``
   asks the ledger what the attempt's outcome makes: its output (exactly what a replay reads
   back, or a failure when the journal cannot store it), a retry with its due time
   (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
@@ -75,10 +77,11 @@ from lantern.engine.cancel import finish_if_free
 from lantern.engine.commits import WriteHealth
 from lantern.engine.journal import RunState, recovery
 from lantern.engine.leases import LeaseKeeper
-from lantern.engine.ledger import Exit, Ledger, Usage, no_usage
+from lantern.engine.ledger import Exit, Ledger, Usage, no_usage, step_error
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError, StoreError
+from lantern.models.budget import Budget
 from lantern.models.registry import Models
 from lantern.nodes.base import Noted
 from lantern.observability import metrics, tracing
@@ -101,6 +104,7 @@ class DriveHost(Protocol):
     retry_rates: RetryRates
     live: LiveText  # model steps' text as it is generated, for followers (never journaled)
     step_timeout: float | None  # a step's limit unless its node or agent sets one
+    max_output_bytes: int  # the largest output the journal takes (LANTERN_MAX_OUTPUT_BYTES)
 
     def on_queued(self) -> None:
         """A run was queued here (a child): look for work now."""
@@ -184,12 +188,14 @@ class Drive(ABC):
         *,
         anomalies: Mapping[str, dict[str, Any]],
         can_pause: bool,
+        budget: Mapping[str, Any] | None = None,
     ) -> None:
         self.host = host
         self.run = run
         self.lease = Lease(run.id, host.worker_id, 0)  # the real one comes with execute()
+        self.budget = Budget.from_json(budget)  # the agent's: its model calls' limit
         # What the journal holds and what follows from it (built again at the opening).
-        self.ledger = Ledger(run.id)
+        self.ledger = self.new_ledger()
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
         self._opened = False  # begin() journaled the opening
@@ -239,9 +245,16 @@ class Drive(ABC):
 
     # -- opening ---------------------------------------------------------------------------
 
+    def new_ledger(self, journal: Iterable[Any] = ()) -> Ledger:
+        """The run's ledger folded from ``journal`` (events), under the agent's budget and
+        this process's output limit."""
+        return Ledger.fold(
+            self.run.id, journal, budget=self.budget, max_output=self.host.max_output_bytes
+        )
+
     async def begin(self) -> Lease | None:
         """Lease a never-started run and journal its opening, in one transaction."""
-        self.ledger = Ledger(self.run.id)
+        self.ledger = self.new_ledger()
         events, update = self._open()
         lease = await commits.start(
             self.host.store,
@@ -263,10 +276,10 @@ class Drive(ABC):
         if not self._opened:
             if state is None:
                 journal = await self.host.store.events(self.run.id, blobs=True)
-                self.ledger = Ledger.fold(self.run.id, journal)
+                self.ledger = self.new_ledger(journal)
                 self.detector.replay(journal)
             else:
-                self.ledger = Ledger(self.run.id)
+                self.ledger = self.new_ledger()
             if self.ledger.state.terminal is not None:
                 return
             if self.cancelled.is_set():
@@ -383,13 +396,10 @@ class Drive(ABC):
     def perform(
         self, step: str, attempt: int, work: Awaitable[Any], timeout: float | None = None
     ) -> asyncio.Task[Any]:
-        """The step attempt's work as a task, observed, cancelled past ``timeout`` seconds."""
-        if timeout is not None:
-            work = _within(work, timeout, step)
-        return asyncio.ensure_future(
-            observed(
-                work, self.run.id, step, self.step_type(step), attempt, self.key(step, attempt)
-            )
+        """The step attempt's work as a task (``performed``): observed, cancelled past
+        ``timeout`` seconds, failing with the attempt's StepError."""
+        return performed(
+            work, self.run.id, step, self.step_type(step), attempt, self.key(step, attempt), timeout
         )
 
     def settle(
@@ -500,17 +510,32 @@ async def observed(
     return output
 
 
-async def contained(step: str, work: Awaitable[Any]) -> Any:
-    """A step's preparation and work (its templates rendered, its request made), any exception
-    of which fails the step rather than the drive: a template that names a missing secret,
-    a bug in a node. Only the store's failures (a lost lease) stop the drive itself."""
+def performed(
+    work: Awaitable[Any],
+    run_id: str,
+    step: str,
+    step_type: str,
+    attempt: int,
+    key: str,
+    timeout: float | None = None,
+) -> asyncio.Task[Any]:
+    """One step attempt's work as a task, for every drive (a microVM's too): observed, cut
+    at ``timeout`` seconds, and raising the attempt's StepError (``ledger.step_error``) for
+    anything its preparation or work raised (a template naming a missing secret, a bug in a
+    node, the user's code), so nothing a step does stops the drive; only a store failure (a
+    lost lease) and a cancellation go through as they are."""
+    if timeout is not None:
+        work = _within(work, timeout, step)
+    return asyncio.ensure_future(observed(_failing(work), run_id, step, step_type, attempt, key))
+
+
+async def _failing(work: Awaitable[Any]) -> Any:
     try:
         return await work
     except (StepError, StoreError):
         raise
     except Exception as exc:
-        message = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise StepError(f"step {step!r} failed: {message}", error_class="tool") from exc
+        raise step_error(exc) from exc
 
 
 async def _within(work: Awaitable[Any], limit: float, step: str) -> Any:

@@ -45,17 +45,16 @@ from lantern.engine.ledger import (
     Retry,
     Usage,
     no_usage,
-    step_error,
 )
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
-from lantern.errors import LanternError, StepError, UsageError
+from lantern.errors import StepError, UsageError
 from lantern.models import tools
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.models.tools import offered
 from lantern.store.codec import dumps
-from lantern.store.records import NewEvent, Run, RunUsage
+from lantern.store.records import NewEvent, Run
 
 T = TypeVar("T")
 MAX_TO = 2048  # ctx.deliver_once(to=...): a URL or an address, as the deliveries table shows
@@ -198,10 +197,6 @@ class EngineContext(Context):
         box = d.host.app.tools_for(d.run.workspace)
         specs = call_args.tool_specs(box, tools or (), missing=missing)
         policy = call_args.retry_policy(retry, f"ctx.model({name!r})", "model")
-        budget = None if d.agent is None else d.agent.budget  # the pinned version's
-
-        def spent() -> RunUsage:
-            return call_args.model_spent(d.ledger.outputs, d.ledger.types)
 
         async def work(a: _Attempt) -> Any:
             request = ModelRequest(
@@ -217,7 +212,7 @@ class EngineContext(Context):
             # journaled); a retry's attempt starts a new buffer that replaces this one's.
             live = d.host.live
             on_text = live.sink(d.run.id, a.step, a.attempt)
-            checked = gate(d.host.store, d.run, budget, spent, d.host.models)
+            checked = gate(d.host.store, d.run, d.ledger, d.host.models)
             try:
                 result = await call(d.host.models, request, checked, on_text=on_text)
             finally:
@@ -414,12 +409,8 @@ class EngineContext(Context):
         d.begin_attempt()
         try:
             return await task
-        except StepError as exc:
+        except StepError as exc:  # anything the step raised, as perform() made it
             return exc
-        except LanternError:
-            raise  # a lost lease, a store failure: not the step's
-        except Exception as exc:  # the user's function raised
-            return step_error(exc)
         finally:
             d.end_attempt()
 

@@ -41,7 +41,7 @@ from lantern.engine.drive import Drive, DriveHost
 from lantern.engine.function_context import BlockingContext, EngineContext
 from lantern.engine.function_waits import resolved
 from lantern.engine.journal import RunState
-from lantern.engine.ledger import Entry, FailedStep, Ledger, Nondeterminism, encoded
+from lantern.engine.ledger import Entry, FailedStep, Nondeterminism, encoded
 from lantern.errors import LeaseLost, UsageError
 from lantern.store.records import TERMINAL, Lease, NewEvent, Run, RunUpdate
 
@@ -60,9 +60,11 @@ class FunctionDrive(Drive):
 
     def __init__(self, host: DriveHost, run: Run, spec: CodeSpec) -> None:
         # A function has no graph to pause at: a "pause" policy is recorded, not applied.
-        super().__init__(host, run, anomalies=settings({}), can_pause=False)
+        agent: CodeAgent | None = host.app.agents.get(run.agent_name)
+        budget = None if agent is None else agent.budget  # the pinned version's
+        super().__init__(host, run, anomalies=settings({}), can_pause=False, budget=budget)
         self.spec = spec
-        self.agent: CodeAgent | None = host.app.agents.get(run.agent_name)
+        self.agent = agent
         self.names = determinism.StepNames()
         # Commits: events wait in ``pending`` until a caller needs them durable.
         self.pending: list[NewEvent] = []
@@ -114,7 +116,7 @@ class FunctionDrive(Drive):
             self._durable_seq = self.ledger.seq
             return lease
         assert self._task is not None
-        self.ledger = Ledger(self.run.id)
+        self.ledger = self.new_ledger()
         events, update = self._open()
         self._opening = (events, update)
         loop = asyncio.get_running_loop()
@@ -165,10 +167,10 @@ class FunctionDrive(Drive):
             if not self._opened:
                 if state is None:
                     journal = await self.host.store.events(self.run.id, blobs=True)
-                    self.ledger = Ledger.fold(self.run.id, journal)
+                    self.ledger = self.new_ledger(journal)
                     self.detector.replay(journal)
                 else:
-                    self.ledger = Ledger(self.run.id)
+                    self.ledger = self.new_ledger()
                 if self.ledger.state.terminal is not None:
                     return
                 if self.cancelled.is_set():
@@ -313,7 +315,7 @@ class FunctionDrive(Drive):
             mismatch = found.error()
             await self._end(lambda: self.run_failed(mismatch))
             return
-        stored = encoded(task.result())
+        stored = encoded(task.result(), self.ledger.max_output)
         if isinstance(stored, str):
             error = {
                 "code": INVALID_OUTPUT,

@@ -25,7 +25,7 @@ from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.children import start_child
-from lantern.engine.drive import Drive, DriveHost, contained
+from lantern.engine.drive import Drive, DriveHost
 from lantern.engine.graph import Graph
 from lantern.engine.journal import RunState
 from lantern.engine.ledger import Failed, Retry
@@ -45,7 +45,7 @@ class GraphDrive(Drive):
     """One drive of one graph agent's run: the state between journal commits."""
 
     def __init__(self, host: DriveHost, run: Run, graph: Graph) -> None:
-        super().__init__(host, run, anomalies=graph.anomalies, can_pause=True)
+        super().__init__(host, run, anomalies=graph.anomalies, can_pause=True, budget=graph.budget)
         self.graph = graph
         self.tasks: dict[asyncio.Task[Any], str] = {}
         self.uninterruptible: set[asyncio.Task[Any]] = set()  # sync tools, in threads
@@ -308,13 +308,7 @@ class GraphDrive(Drive):
             deliveries=self.deliveries(step, attempt),
             signing_secrets=self._signing_secrets,
             models=self.host.models,
-            gate=spend.gate(
-                self.host.store,
-                self.run,
-                self.graph.budget,
-                lambda: spend.of_graph(self.graph, self.outputs),
-                self.host.models,
-            ),
+            gate=spend.gate(self.host.store, self.run, self.ledger, self.host.models),
             start_child=functools.partial(self._start_child, step, attempt),
             on_text=self.host.live.sink(self.run.id, step, attempt),
             secrets=functools.partial(self.host.secret_values, self.run.workspace),
@@ -326,7 +320,7 @@ class GraphDrive(Drive):
             if times_itself
             else timeout_s(node.data, self.graph.timeout_ms, self.host.step_timeout)
         )
-        work = contained(step, with_secrets(executor_for(node.type))(ctx))
+        work = with_secrets(executor_for(node.type))(ctx)
         task = self.perform(step, attempt, work, limit)
         if not _interruptible(self.host.app.tools_for(self.run.workspace), node):
             self.uninterruptible.add(task)

@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lantern import config, limits
+from lantern import limits
 from lantern.engine import determinism
 from lantern.engine import events as ev
 from lantern.engine.anomalies import Anomaly
@@ -79,8 +79,9 @@ from lantern.engine.payloads import (
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import StepError
 from lantern.ids import child_run_id, idempotency_key
+from lantern.models.budget import Budget, spent_in
 from lantern.store.codec import dumps, text_problem
-from lantern.store.records import Event, NewEvent, RunUpdate
+from lantern.store.records import Event, NewEvent, RunUpdate, RunUsage
 
 Usage = Callable[[Any], dict[str, Any] | None]
 
@@ -179,22 +180,25 @@ class FailedStep(StepError):
 
 
 def step_error(exc: BaseException) -> StepError:
-    """What a step attempt fails with when its work raised ``exc``: a StepError as it is;
-    anything else the user's code raised is retryable, of class ``tool`` (as in Temporal)."""
+    """What a step attempt fails with when its work raised ``exc``, for every kind of run (a
+    graph node, a plain agent's turn, a code-first or microVM step): a StepError as it is;
+    anything else (the user's code, a tool raising one of Lantern's non-step errors, a bug
+    in a node) is retryable, of class ``tool`` (as in Temporal), and the retry policy
+    decides. A store failure is not the step's: the drive stops on it instead (``Drive``)."""
     if isinstance(exc, StepError):
         return exc
     message = " ".join(f"{type(exc).__name__}: {exc}".split())
     return StepError(message, error_class="tool", retryable=True)
 
 
-def encoded(value: Any, limit: int | None = None) -> tuple[Any, str] | str:
+def encoded(value: Any, limit: int) -> tuple[Any, str] | str:
     """``value`` as the journal stores it (and a replay reads it back) with its JSON, or
     what is wrong with it: the one check of every output a run journals (a step's, a tool
-    call's, a function's return value). At most ``limit`` bytes (LANTERN_MAX_OUTPUT_BYTES
-    unless given), measured before it is encoded so a huge output is refused at little
-    cost; canonical JSON refuses what JSON cannot carry exactly (such as integers past
-    2^53), and deeper values would recurse through every later dump, copy and render."""
-    limit = config.max_output_bytes() if limit is None else limit
+    call's, a function's return value). At most ``limit`` bytes (the ledger's
+    ``max_output``: LANTERN_MAX_OUTPUT_BYTES, read once with the settings), measured before
+    it is encoded so a huge output is refused at little cost; canonical JSON refuses what JSON
+    cannot carry exactly (such as integers past 2^53), and deeper values would recurse through
+    every later dump, copy and render."""
     try:
         if limits.size_exceeds(value, limit):
             return limits.too_large_problem(limit)
@@ -211,12 +215,6 @@ def encoded(value: Any, limit: int | None = None) -> tuple[Any, str] | str:
     return problem
 
 
-def storable(step: str, value: Any) -> tuple[Any, str] | StepError:
-    """``encoded``, or the StepError a step fails with when the journal cannot store it."""
-    found = encoded(value)
-    return _unstorable(step, found) if isinstance(found, str) else found
-
-
 def _unstorable(step: str, problem: str) -> StepError:
     return StepError(
         f"step {step!r} returned a value the journal cannot store: {problem}",
@@ -227,8 +225,17 @@ def _unstorable(step: str, problem: str) -> StepError:
 class Ledger:
     """One run's steps as the journal has them, and the decisions that follow from them."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        budget: Budget | None = None,
+        max_output: int = limits.MAX_OUTPUT_BYTES,
+    ) -> None:
         self.run_id = run_id
+        self.budget = budget  # the agent's: what the run's model calls may spend (Gate)
+        self.max_output = max_output  # the largest output journaled (LANTERN_MAX_OUTPUT_BYTES)
+        self.spent = RunUsage()  # the journaled usage of the run's steps (model calls)
         self.state = RunState()
         self.errors: dict[str, dict[str, Any]] = {}
         self.types: dict[str, str] = {}
@@ -237,8 +244,15 @@ class Ledger:
         self._writer = EventWriter(run_id)
 
     @classmethod
-    def fold(cls, run_id: str, events: Iterable[Event | NewEvent]) -> Ledger:
-        ledger = cls(run_id)
+    def fold(
+        cls,
+        run_id: str,
+        events: Iterable[Event | NewEvent],
+        *,
+        budget: Budget | None = None,
+        max_output: int = limits.MAX_OUTPUT_BYTES,
+    ) -> Ledger:
+        ledger = cls(run_id, budget=budget, max_output=max_output)
         for e in events:
             ledger.apply(e)
         return ledger
@@ -254,6 +268,10 @@ class Ledger:
                 self.types[step] = StepStarted.type_of(e.data)
             elif e.kind == ev.STEP_FAILED:
                 self.errors[step] = StepFailed.read(e.data).error
+            elif e.kind == ev.STEP_COMPLETED and "usage" in e.data:
+                # What the budget gate counts, the same for every kind of run: the usage a
+                # model call's step_completed carries (inline even when its output is a blob).
+                self.spent = self.spent + spent_in((e.data["usage"],))
         elif e.kind == ev.RUN_REPINNED:
             self.pinned = RunRepinned.read(e.data).version
         self._writer.seq, self._writer.hash = self.state.last_seq, self.state.last_hash
@@ -342,7 +360,7 @@ class Ledger:
         """``step_completed`` (``EventWriter.completed``), folded in with ``output`` itself
         (not re-read from a blob)."""
         made = self._writer.completed(step_id, attempt, output, encoded, usage=usage)
-        fold_event(self.state, _inline(made, output))
+        self.apply(_inline(made, output))
         return made
 
     def start(self, step: str, attempt: int, data: Mapping[str, Any] | None = None) -> NewEvent:
@@ -405,11 +423,11 @@ class Ledger:
 
     def _complete(self, step: str, attempt: int, value: Any, usage: Usage) -> NewEvent | StepError:
         """``step_completed`` with ``value`` as a replay reads it back, or the StepError
-        saying why the journal cannot store it (``storable``; the hash chain's canonical
+        saying why the journal cannot store it (``encoded``; the hash chain's canonical
         JSON refuses what JSON cannot carry exactly, and leaves the chain as it was)."""
-        found = storable(step, value)
-        if isinstance(found, StepError):
-            return found
+        found = encoded(value, self.max_output)
+        if isinstance(found, str):
+            return _unstorable(step, found)
         output, body = found
         try:
             return self.completed(step, attempt, output, body, usage=usage(output))
@@ -467,11 +485,12 @@ def _inline(event: NewEvent, output: Any) -> NewEvent:
     """``event`` as the fold should read it: the output inline even when it went to a blob."""
     if event.blob is None:
         return event
+    usage = event.data.get("usage")
     return NewEvent(
         seq=event.seq,
         kind=event.kind,
         at=event.at,
-        data={"output": output},
+        data={"output": output} if usage is None else {"output": output, "usage": usage},
         step_id=event.step_id,
         attempt=event.attempt,
         hash=event.hash,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from lantern.engine import anomalies
 
 DRIVER_NAMES = ("auto", "qemu", "gvisor", "sandbox")
 MAX_RESUME_ATTEMPTS = 3  # maxMicroVMResumeAttempts: VMs a run may have, its first included
@@ -29,6 +31,8 @@ class MicroVmAgent:
     timeout_s: int = 900
     network: str = "none"
     budget: Mapping[str, Any] | None = None  # the agent's {maxUsd, maxTokens}, as a graph's
+    # anomaly kind -> its limits and policy (lantern.engine.anomalies), as a graph's
+    anomalies: Mapping[str, dict[str, Any]] = field(default_factory=lambda: anomalies.settings({}))
 
 
 def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) -> MicroVmAgent:
@@ -77,4 +81,5 @@ def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) ->
         numbers["vcpus"],
         numbers["timeoutS"],
         budget=definition.get("budget"),
+        anomalies=anomalies.settings(definition),
     )

@@ -21,7 +21,8 @@ import httpx
 
 from lantern.app import App
 from lantern.engine import commits
-from lantern.engine.anomalies import RUN_TOTALS, RetryRates
+from lantern.engine.anomalies import RetryRates
+from lantern.engine.baselines import Baselines
 from lantern.engine.code_agents import CodeSpec
 from lantern.engine.conversation import Conversation
 from lantern.engine.drive import Drive, under_lease
@@ -32,6 +33,7 @@ from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.microvm import MicroVmAgent
 from lantern.errors import NotFound, StoreUnavailable
+from lantern.limits import MAX_OUTPUT_BYTES
 from lantern.models.registry import Models
 from lantern.observability import tracing
 from lantern.secrets.vault import Vault
@@ -61,8 +63,10 @@ class Runner:
         live: LiveText | None = None,
         vault: Callable[[], Vault] | None = None,
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.store = store
+        self.max_output_bytes = max_output_bytes  # the largest step output journaled
         self.step_timeout = step_timeout  # a step's limit unless its node or agent sets one
         self._vault = vault  # made on first use: most runs never open a secret
         # A microVM run is not driven here: this hands it, with its lease, to the tier's
@@ -81,7 +85,7 @@ class Runner:
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent | CodeSpec] = {}
         self.retry_rates = RetryRates()
         self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
-        self._baselines: dict[tuple[str, str], tuple[float, dict[str, list[Any]]]] = {}
+        self.baselines = Baselines(store)  # anomaly baselines (the relay's VM runs share it)
 
     async def secret_values(self, workspace: str) -> dict[str, str]:
         """The workspace's secrets, opened, for a step that dispatches now."""
@@ -91,19 +95,7 @@ class Runner:
 
     async def baseline(self, workspace: str, agent: str) -> dict[str, list[Any]]:
         """Recent usage of the agent's steps, read at most once a minute per agent."""
-        cached = self._baselines.get((workspace, agent))
-        if cached is not None and time.monotonic() - cached[0] < 60:
-            return cached[1]
-        found: dict[str, list[Any]] = {}
-        runs: dict[str, dict[str, float]] = {}
-        for run_id, step, usage in await self.store.recent_step_usage(workspace, agent):
-            found.setdefault(step, []).append(usage)
-            total = runs.setdefault(run_id, {"inputTokens": 0, "outputTokens": 0, "costUsd": 0})
-            for field in total:
-                total[field] += float(usage.get(field) or 0)
-        found[RUN_TOTALS] = list(runs.values())
-        self._baselines[(workspace, agent)] = (time.monotonic(), found)
-        return found
+        return await self.baselines.of(workspace, agent)
 
     async def drive(
         self, run_id: str, lease: Lease | None = None, *, known: Run | None = None

@@ -50,8 +50,13 @@ class Worker:
         microvm: Callable[[Run, Lease], Awaitable[None]] | None = None,
         models: Models | None = None,
         tool_threads: int = config.DEFAULT_TOOL_THREADS,
+        max_output_bytes: int | None = None,
     ) -> None:
         self.store = store
+        # The largest step output journaled: read once (LANTERN_MAX_OUTPUT_BYTES), not per output.
+        self.max_output_bytes = (
+            config.max_output_bytes() if max_output_bytes is None else max_output_bytes
+        )
         # The model configuration (routes, prices, budgets) the process's settings give; none
         # given: no routes, the shipped prices, no workspace budgets (and closed on exit).
         self.models = models if models is not None else Models()
@@ -112,6 +117,7 @@ class Worker:
             live=self.live,
             microvm=self.microvm,
             models=self.models,
+            max_output_bytes=self.max_output_bytes,
         )
         return self
 

@@ -296,26 +296,84 @@ class StepSpan:
         self._token = otel_context.attach(trace.set_span_in_context(self._span, current))
 
     def succeeded(self, output: Any) -> None:
-        usage = output.get("usage") if isinstance(output, dict) else None
-        if isinstance(usage, dict):
-            self._span.set_attributes(usage_attributes(output, usage))
+        _succeeded(self._span, output)
         self._end()
 
     def failed(self, exc: BaseException) -> None:
-        span = self._span
-        if isinstance(exc, StepError):
-            span.set_attribute("lantern.error_class", exc.error_class)
-            span.set_attribute("lantern.retryable", exc.retryable)
-        if isinstance(exc, Exception):
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        else:  # cancelled: a clean stop or a cancellation request, not the step's fault
-            span.set_attribute("lantern.cancelled", True)
+        _failed(self._span, exc)
         self._end()
 
     def _end(self) -> None:
         otel_context.detach(self._token)
         self._span.end()
+
+
+def _succeeded(span: trace.Span, output: Any) -> None:
+    usage = output.get("usage") if isinstance(output, dict) else None
+    if isinstance(usage, dict):
+        span.set_attributes(usage_attributes(output, usage))
+
+
+def _failed(span: trace.Span, exc: BaseException) -> None:
+    if isinstance(exc, StepError):
+        span.set_attribute("lantern.error_class", exc.error_class)
+        span.set_attribute("lantern.retryable", exc.retryable)
+    if isinstance(exc, Exception):
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    else:  # cancelled: a clean stop or a cancellation request, not the step's fault
+        span.set_attribute("lantern.cancelled", True)
+
+
+@contextmanager
+def in_run(run_id: str) -> Iterator[None]:
+    """Make the run's trace current (for the step spans of a run driven from requests, such
+    as a microVM's, which have no drive span to nest under)."""
+    if _tracer is None:
+        yield
+        return
+    token = otel_context.attach(run_context(run_id))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def reported_step(
+    run_id: str,
+    step_id: str,
+    node_type: str,
+    attempt: int,
+    key: str,
+    started_ns: int,
+    outcome: Any,
+) -> None:
+    """The span of a step attempt that ran elsewhere (a microVM workload's own ``ctx.step``),
+    in the run's trace: from when the control plane let the attempt start (``started_ns``)
+    to now, when its outcome (a value or a StepError) was reported."""
+    tracer = _tracer
+    if tracer is None:
+        return
+    span = tracer.start_span(
+        f"step {step_id}",
+        run_context(run_id),
+        attributes={
+            "lantern.run_id": run_id,
+            "lantern.step_id": step_id,
+            "lantern.node_type": node_type,
+            "lantern.attempt": attempt,
+            "lantern.idempotency_key": key,
+            "lantern.replayed": False,
+        },
+        start_time=started_ns,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+    if isinstance(outcome, StepError):
+        _failed(span, outcome)
+    else:
+        _succeeded(span, outcome)
+    span.end()
 
 
 def start_step(

@@ -23,13 +23,14 @@ error, 422).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
 from lantern.engine import call_args, runs
+from lantern.engine.ledger import Ledger
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
 from lantern.errors import Conflict, NotFound, StepError, UsageError
@@ -38,7 +39,7 @@ from lantern.models import registry, tools
 from lantern.models.call import call, journal_usage
 from lantern.models.records import ModelRequest, tool_calls_json
 from lantern.store.base import Store
-from lantern.store.records import Lease, Run, RunUsage
+from lantern.store.records import Lease, Run
 
 # (attempt, idempotency key) -> the step's output
 Work = Callable[[int, str], Awaitable[Any]]
@@ -62,16 +63,16 @@ def prepare(
     store: Store,
     app: App,
     models: registry.Models,
-    spent: Callable[[], RunUsage],
-    budget: Mapping[str, Any] | None = None,
+    ledger: Ledger,
 ) -> Prepared:
-    """The step ``request`` asks for, checked; a UsageError says what is wrong with it.
-    ``budget``: the agent's, which a model call is gated by as a graph agent's is."""
+    """The step ``request`` asks for, checked; a UsageError says what is wrong with it. A
+    model call is gated by the run's ledger (the agent's budget, the spend so far), as every
+    kind of run's is."""
     if not isinstance(request, dict):
         raise UsageError("call must be an object with a kind, 'model' or 'tool'")
     kind = request.get("kind")
     if kind == "model":
-        return _model(request, run, store, app, models, spent, budget)
+        return _model(request, run, store, app, models, ledger)
     if kind == "tool":
         return _tool(request, step, run, lease, store, app)
     raise UsageError(f"call kind {kind!r} is not performed for a VM: use 'model' or 'tool'")
@@ -83,8 +84,7 @@ def _model(
     store: Store,
     app: App,
     models: registry.Models,
-    spent: Callable[[], RunUsage],
-    budget: Mapping[str, Any] | None,
+    ledger: Ledger,
 ) -> Prepared:
     model = call_args.model_name(request.get("model"), models.routes)
     prompt, messages = request.get("prompt"), request.get("messages")
@@ -118,7 +118,7 @@ def _model(
             max_tokens=max_tokens,
             tools=await tools.offered(box, specs),
         )
-        result = await call(models, ask, gate(store, run, budget, spent, models))
+        result = await call(models, ask, gate(store, run, ledger, models))
         output = result.output()
         output["toolCalls"] = tool_calls_json(result.response.tool_calls)
         return output

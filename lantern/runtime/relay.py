@@ -32,42 +32,37 @@ import hashlib
 import hmac
 import json
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 from lantern.app import App
 from lantern.engine import call_args, commits, determinism, ledger
 from lantern.engine import events as ev
-from lantern.engine.drive import observed
+from lantern.engine.anomalies import RetryRates
+from lantern.engine.baselines import Baselines
 from lantern.engine.function_waits import resolved
-from lantern.engine.graph import parse_agent
-from lantern.engine.microvm import MicroVmAgent
 from lantern.errors import (
     Conflict,
-    DefinitionError,
     ErrorClass,
-    LanternError,
     StepError,
     Unauthorized,
     UsageError,
 )
+from lantern.limits import MAX_OUTPUT_BYTES
 from lantern.models import registry
 from lantern.runtime import calls, metrics
 from lantern.runtime.journal import vm_data
 from lantern.runtime.vm_drive import Drives, VmDrive
 from lantern.store.base import Store
 from lantern.store.codec import dumps
-from lantern.store.records import NewEvent, Run, RunUpdate
+from lantern.store.records import NewEvent, RunUpdate
 from lantern.store.runtime import Vm
 
 VM_KINDS = (ev.VM_STARTED, ev.VM_EXITED, ev.VM_TERMINATED)  # what a runtime node reports
 STEP_FIELDS = ("stepId", "position", "attempt", "retry", "output", "error")
 TOKEN_PREFIX = "lvm"
 MAX_STEP_ID = 200
-MAX_BUDGETS = 1000  # agent versions whose budget is kept in memory
 # Seconds between looks at a wait a VM's workload is blocked on: soon at first (a timer of a
 # second, a quick decision), then at most every second for a long wait.
 WAIT_POLL = (0.25, 1.0)
@@ -95,6 +90,9 @@ class Relay:
         patience: float = 60.0,
         app: App | None = None,
         models: registry.Models | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        retry_rates: RetryRates | None = None,
+        baselines: Baselines | None = None,
     ) -> None:
         self.store = store
         self.app = app or App()  # the tools ctx.tool and ctx.model's tools name
@@ -103,8 +101,14 @@ class Relay:
         self.models = models if models is not None else registry.Models()
         self.on_queued: Callable[[], None] = lambda: None  # a child run was queued: look now
         self.finished = finished  # issues the receipt of a run a report finished
-        self.drives = Drives(store, listeners=listeners, patience=patience)
-        self._budgets: OrderedDict[tuple[str, str, int], Mapping[str, Any] | None] = OrderedDict()
+        self.drives = Drives(
+            store,
+            listeners=listeners,
+            patience=patience,
+            max_output_bytes=max_output_bytes,
+            retry_rates=retry_rates,
+            baselines=baselines,
+        )
 
     async def authenticate(self, authorization: str | None) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one), as its
@@ -177,8 +181,9 @@ class Relay:
                     f"step {step!r} has no attempt {attempt!r} in flight: a VM reports the"
                     " outcome of the attempt the control plane told it to run"
                 )
+            drive.reported(step, entry.attempt, outcome[0])
             done = book.exit(step, entry.attempt, outcome[0], policy)
-            await self.drives.commit(drive, done.events)
+            await self._journal(drive, done.events)
             return _next(done.next)
 
     async def _enter(self, drive: VmDrive, step: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +198,8 @@ class Relay:
             entry = ledger.Attempt(step, entry.attempt, entry.key, start=True)
         if entry.start:
             started = drive.ledger.start(step, entry.attempt, {"type": "step"})
-            await self.drives.commit(drive, [started])
+            await self._journal(drive, [started])
+        drive.begun(step, entry.attempt)
         return {"attempt": entry.attempt}
 
     async def _entry(
@@ -241,8 +247,7 @@ class Relay:
                 store=self.store,
                 app=self.app,
                 models=self.models,
-                spent=lambda: call_args.model_spent(book.outputs, book.types),
-                budget=await self._budget(drive.run),
+                ledger=book,
             )
             if isinstance(entry, ledger.Parked):
                 raise UsageError(f"step {step!r} is a wait, not a {request['kind']} call")
@@ -250,34 +255,20 @@ class Relay:
             if isinstance(entry, ledger.Due):
                 due = entry.due_ms
             elif entry.start:
-                await self.drives.commit(drive, [book.start(step, attempt, prepared.started)])
+                await self._journal(drive, [book.start(step, attempt, prepared.started)])
         while True:
             if due is not None:
                 await asyncio.sleep(max(0.0, due / 1000 - time.time()))
                 async with drive.lock:
-                    await self.drives.commit(drive, [book.start(step, attempt, prepared.started)])
-            outcome = await _attempt(prepared, book.key(step, attempt), drive.run.id, step, attempt)
+                    await self._journal(drive, [book.start(step, attempt, prepared.started)])
+            outcome = await _attempt(drive, prepared, step, attempt)
             async with drive.lock:
                 done = book.exit(step, attempt, outcome, prepared.policy, usage=prepared.usage)
-                await self.drives.commit(drive, done.events)
+                await self._journal(drive, done.events)
             if isinstance(done.next, ledger.Retry):
                 attempt, due = done.next.attempt, done.next.due_ms
                 continue
             return _next(done.next)
-
-    async def _budget(self, run: Run) -> Mapping[str, Any] | None:
-        """The budget of the run's agent version (a version never changes: kept in memory)."""
-        key = (run.workspace, run.agent_name, run.agent_version)
-        if key not in self._budgets:
-            found = await self.store.get_agent(*key)
-            agent = None
-            if found is not None:
-                with suppress(DefinitionError):
-                    agent = parse_agent(found.definition)
-            self._budgets[key] = agent.budget if isinstance(agent, MicroVmAgent) else None
-            while len(self._budgets) > MAX_BUDGETS:
-                self._budgets.popitem(last=False)
-        return self._budgets[key]
 
     async def _waited(
         self, drive: VmDrive, step: str, body: dict[str, Any], request: dict[str, Any]
@@ -299,13 +290,13 @@ class Relay:
             else:
                 attempt = entry.attempt  # a wait is never retried: it has no due time
                 if isinstance(entry, ledger.Due) or entry.start:
-                    await self.drives.commit(drive, [book.start(step, attempt, wait.started)])
+                    await self._journal(drive, [book.start(step, attempt, wait.started)])
                 try:
                     data = await wait.make(step, attempt)
                 except StepError as exc:
-                    await self.drives.commit(drive, [book.failed(step, attempt, exc)])
+                    await self._journal(drive, [book.failed(step, attempt, exc)])
                     return {"error": exc.to_json()}
-                await self.drives.commit(drive, [book.wait(step, attempt, data)])
+                await self._journal(drive, [book.wait(step, attempt, data)])
         return await self._resolve(drive, step, data)
 
     async def _resolve(self, drive: VmDrive, step: str, wait: dict[str, Any]) -> dict[str, Any]:
@@ -324,7 +315,7 @@ class Relay:
         drive = await self._live(vm)
         async with drive.lock:
             done = drive.ledger.resumed(step, data, outcome)
-            await self.drives.commit(drive, done.events)
+            await self._journal(drive, done.events)
         return _next(done.next)
 
     # -- the runtime node's own reports --------------------------------------------------
@@ -436,19 +427,34 @@ class Relay:
             return ("terminated", str(reason), code), None, killed
         return None, None, lambda book: []
 
-    async def nondeterministic(self, drive: VmDrive, found: determinism.Mismatch) -> None:
+    async def nondeterministic(self, drive: VmDrive, found: determinism.Mismatch) -> NoReturn:
         """A resumed VM's workload asked for other steps than the journal holds: the run
         fails with ``nondeterminism`` and the VM is stopped (the 409 tells its node)."""
+        await self._stop(drive, [], found.error(), determinism.NONDETERMINISM)
+
+    async def _journal(self, drive: VmDrive, events: list[NewEvent]) -> None:
+        """Commit step events of ``drive``'s run with the anomalies they raise (as every
+        kind of run's are); one whose policy fails the run stops the VM (409)."""
+        error = await drive.notice(events)
+        if error is None:
+            await self.drives.commit(drive, events)
+            return
+        await self._stop(drive, events, error, ev.E_ANOMALY)
+
+    async def _stop(
+        self, drive: VmDrive, events: list[NewEvent], error: dict[str, Any], reason: str
+    ) -> NoReturn:
+        """Fail the run with ``error`` after ``events`` and stop its VM (state ``terminated``,
+        ``reason``): the 409 this raises tells the VM's runtime node to stop it."""
         vm = drive.vm
-        error = found.error()
-        data = vm_data(vm, exitCode=None, reason=determinism.NONDETERMINISM)
         book = drive.ledger
-        events = [book.event(ev.VM_TERMINATED, data)]
+        data = vm_data(vm, exitCode=None, reason=reason)
+        ended = [*events, book.event(ev.VM_TERMINATED, data)]
         failed, update = book.run_failed(error)
-        await self.drives.commit(drive, [*events, failed], update)
+        await self.drives.commit(drive, [*ended, failed], update)
         self.drives.drop(vm.vm_id)
-        if await self.store.end_vm(vm.vm_id, "terminated", determinism.NONDETERMINISM, None):
-            metrics.VM_ENDS.labels(determinism.NONDETERMINISM).inc()
+        if await self.store.end_vm(vm.vm_id, "terminated", reason, None):
+            metrics.VM_ENDS.labels(reason).inc()
         if self.finished is not None:
             await self.finished(vm.run_id)
         raise Conflict(f"run {vm.run_id} failed: {error['message']}")
@@ -475,19 +481,14 @@ def _same_type(drive: VmDrive, step: str, request: dict[str, Any]) -> None:
         )
 
 
-async def _attempt(prepared: calls.Prepared, key: str, run_id: str, step: str, attempt: int) -> Any:
-    """One attempt of a step performed for a VM, observed as every drive's steps are (its
-    span, its duration, its model usage): its output, or the StepError it failed with."""
+async def _attempt(drive: VmDrive, prepared: calls.Prepared, step: str, attempt: int) -> Any:
+    """One attempt of a step performed for a VM, as every drive performs one (its span, its
+    duration, its model usage): its output, or the StepError it failed with."""
+    work = prepared.work(attempt, drive.ledger.key(step, attempt))
     try:
-        return await observed(
-            prepared.work(attempt, key), run_id, step, prepared.step_type, attempt, key
-        )
-    except LanternError as exc:
-        if isinstance(exc, StepError):
-            return exc
-        raise  # a lost lease, a store failure: not the step's
-    except Exception as exc:  # the tool raised: retryable, as in-process
-        return ledger.step_error(exc)
+        return await drive.perform(step, attempt, prepared.step_type, work)
+    except StepError as exc:
+        return exc
 
 
 def _step_id(body: dict[str, Any]) -> str:

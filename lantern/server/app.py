@@ -87,6 +87,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             patience=settings.lease_ttl,
             app=tools,
             models=models,
+            max_output_bytes=settings.max_output_bytes,
         )
         api.state.runtime = (scheduler, relay)
         vault = Vault(store, box.load(settings.secrets_key, settings.data_path))
@@ -105,9 +106,14 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             microvm=scheduler.adopt,
             models=models,
             tool_threads=settings.tool_threads,
+            max_output_bytes=settings.max_output_bytes,
         )
         relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
         async with worker:
+            assert worker.runner is not None
+            # A VM run's anomalies are counted with this process's in-process runs.
+            relay.drives.retry_rates = worker.runner.retry_rates
+            relay.drives.baselines = worker.runner.baselines
             api.state.services = Services(
                 store,
                 worker,

@@ -1,7 +1,7 @@
 """A code step's output is limited like an HTTP answer (LANTERN_MAX_OUTPUT_BYTES, default
 10 MiB), on a real `lantern serve`: a 60 MB output fails its step, class ``tool``, not retried,
 naming the limit, before anything large is written, while /healthz keeps answering. The check
-is the step ledger's one output check (``ledger.storable``), so graph, plain and microVM steps
+is the step ledger's one output check (``ledger.encoded``), so graph, plain and microVM steps
 get the same limit (a VM's report past the body limit is already refused with 413)."""
 
 from __future__ import annotations

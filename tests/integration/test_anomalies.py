@@ -156,3 +156,45 @@ async def test_a_run_spending_far_above_the_agents_recent_runs_is_a_spike(store:
     found = {x["kind"]: x["detail"] for x in await anomalies(store, spike.id)}
     assert set(found) == {"token_spike", "cost_spike"}
     assert found["token_spike"] == {"scope": "run", "value": 300, "median": 100, "factor": 2}
+
+
+# Every kind of run is watched by the same detector through the same ledger: a graph (above),
+# a plain agent and a code-first function here, a microVM run in tests/runtime/test_relay.py
+# (the control plane in-process) and tests/runtime/test_microvm_guarantees.py (a real VM).
+
+
+async def test_a_plain_agent_past_its_step_bound_fails_under_the_fail_policy(
+    store: Store,
+) -> None:
+    definition = {
+        "name": "plain-sprawl",
+        "model": "offline/tools",
+        "tools": ["echo"],
+        "anomalies": {"excessive_steps": {"maxSteps": 2, "policy": "fail"}},
+    }
+    run = await run_agent(store, app(), definition, "x")
+    assert run.status == "failed", run
+    assert run.error["code"] == "anomaly_detected" and run.error["kind"] == "excessive_steps"
+    started = [e.step_id for e in await store.events(run.id) if e.kind == "step_started"]
+    assert len(started) == 2, started
+    [found] = await anomalies(store, run.id)
+    assert (found["kind"], found["policy"]) == ("excessive_steps", "fail")
+
+
+async def test_a_code_first_function_repeating_one_call_is_a_runaway_loop(store: Store) -> None:
+    a = app()
+
+    @a.agent("repeats")
+    async def repeats(ctx: lantern.Context) -> int:
+        for _ in range(6):  # the same tool call with the same arguments, past repeats: 5
+            await ctx.tool("echo", q="same")
+        return 6
+
+    async with Worker(store, a, worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        run = await create_run(store, "repeats", {}, app=a)
+        done = await w.runner.drive(run.id)
+    assert done is not None and done.status == "succeeded"  # record: it went on
+    [found] = await anomalies(store, run.id)
+    assert (found["kind"], found["policy"]) == ("runaway_loop", "record")
+    assert found["detail"]["started"] == 6

@@ -237,3 +237,22 @@ def test_an_in_vm_retry_is_journaled_with_its_due_time_and_survives_a_node_kill(
         assert data["dueAt"] >= at - 5 and data["delayMs"] >= 0
     lost, resumed = shared.vms(run_id)
     assert lost["reason"] == "node_lost" and resumed["resume"] is True
+
+
+def test_a_vm_agents_anomaly_policy_fails_it_and_stops_its_vm(shared: Cluster) -> None:
+    """A microVM run gets the anomaly detection of every kind of run (in-process kinds:
+    tests/integration/test_anomalies.py): past maxSteps under ``fail`` it fails and its VM is
+    terminated."""
+    name = "vm-sprawls"
+    block = {"tier": "microvm", "entrypoint": "jobs:three", "driver": "sandbox"}
+    anomalies = {"excessive_steps": {"maxSteps": 2, "policy": "fail"}}
+    shared.ok("PUT", f"/v1/agents/{name}", json={"name": name, "runtime": block,
+                                                  "anomalies": anomalies})  # fmt: skip
+    run = shared.finished(shared.start_run(name, {}))
+    assert run["status"] == "failed", run
+    assert (run["error"]["code"], run["error"]["kind"]) == ("anomaly_detected", "excessive_steps")
+    [vm] = shared.vms(run["id"])
+    assert (vm["state"], vm["reason"]) == ("terminated", "anomaly_detected")
+    events = [(e["kind"], e["stepId"]) for e in shared.events(run["id"])]
+    assert ("step_completed", "c") not in events and ("step_started", "c") in events, events
+    assert [k for k, _ in events[-3:]] == ["anomaly_detected", "vm_terminated", "run_failed"]

@@ -12,12 +12,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
+import lantern
 from lantern.engine.cancel import cancel_run
 from lantern.engine.ledger import Ledger
 from lantern.engine.runs import apply_agent, create_run
 from lantern.errors import Conflict, UsageError
-from lantern.observability import metrics
+from lantern.ids import idempotency_key
+from lantern.observability import metrics, tracing
 from lantern.runtime.relay import Relay, digest, new_token
 from lantern.store import Store
 from lantern.store.records import NewEvent
@@ -226,3 +232,80 @@ async def test_a_cancelled_vm_run_answers_409_and_writes_nothing_more(store: Sto
         )
     kinds = [e.kind for e in await store.events(run.id)]
     assert kinds == ["step_started", "vm_terminated", "run_cancelled"]
+
+
+async def test_a_vms_steps_have_spans_in_the_runs_trace(store: Store) -> None:
+    """A VM's own ``ctx.step`` (from the attempt the control plane let start to its reported
+    outcome) and a step the control plane performs for it (``ctx.tool``) get the same step
+    spans as an in-process run's (tests/integration/test_tracing.py), in the run's trace."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        app = lantern.App()
+
+        @app.tool("lookup")
+        async def lookup() -> dict[str, Any]:
+            raise RuntimeError("the CRM is down")
+
+        await apply_agent(store, AGENT)
+        run = await create_run(store, "job", {})
+        relay = Relay(store, patience=5, app=app)
+        vm = await place(store, run.id, 1)
+        assert await relay.step(await now(relay, vm), step("a", 1)) == {"attempt": 1}
+        await asyncio.sleep(0.05)
+        answer = await relay.step(await now(relay, vm), step("a", 1, attempt=1, output=3))
+        assert answer == {"output": 3}
+        call = {"stepId": "lookup", "position": 2, "call": {"kind": "tool", "tool": "lookup"}}
+        answer = await relay.call(await now(relay, vm), call)
+        assert answer["error"]["message"] == "RuntimeError: the CRM is down"
+    finally:
+        tracing.shutdown()
+    found = {s.name: s for s in exporter.get_finished_spans()}
+    own, performed = found["step a"], found["step lookup"]
+    for span, node_type, name in ((own, "step", "a"), (performed, "tool", "lookup")):
+        assert span.context is not None
+        assert span.context.trace_id == tracing.trace_id_for(run.id)
+        assert dict(span.attributes or {}) == {
+            "lantern.run_id": run.id,
+            "lantern.step_id": name,
+            "lantern.node_type": node_type,
+            "lantern.attempt": 1,
+            "lantern.idempotency_key": idempotency_key(run.id, name, 1),
+            "lantern.replayed": False,
+        } | ({} if span is own else {"lantern.error_class": "tool", "lantern.retryable": True})
+    assert own.end_time is not None and own.start_time is not None
+    assert own.end_time - own.start_time >= 50_000_000  # from its start to its report
+    assert own.status.status_code is StatusCode.UNSET
+    assert performed.status.status_code is StatusCode.ERROR
+
+
+async def test_a_vms_steps_go_through_anomaly_detection(store: Store) -> None:
+    """The agent's ``anomalies`` apply to a microVM run as to every kind of run
+    (tests/integration/test_anomalies.py): past ``maxSteps`` under the fail policy the run
+    fails and its VM is stopped (409) before the step it was starting runs (its start is
+    journaled, as a code-first function's is, then the anomaly and the run's end)."""
+    sprawls = {**AGENT, "anomalies": {"excessive_steps": {"maxSteps": 2, "policy": "fail"}}}
+    await apply_agent(store, sprawls)
+    run = await create_run(store, "job", {})
+    relay = Relay(store, patience=5)
+    vm = await place(store, run.id, 1)
+    for name, position in (("a", 1), ("b", 2)):
+        await relay.step(await now(relay, vm), step(name, position))
+        await relay.step(await now(relay, vm), step(name, position, attempt=1, output=0))
+    with pytest.raises(Conflict, match="excessive_steps"):
+        await relay.step(await now(relay, vm), step("c", 3))
+    found = await store.get_run(run.id)
+    assert found is not None and found.status == "failed"
+    assert found.error is not None
+    assert (found.error["code"], found.error["kind"]) == ("anomaly_detected", "excessive_steps")
+    ended = await store.get_vm(vm.vm_id)
+    assert ended is not None and (ended.state, ended.reason) == ("terminated", "anomaly_detected")
+    events = await store.events(run.id)
+    assert [(e.kind, e.step_id) for e in events][-4:] == [
+        ("step_started", "c"), ("anomaly_detected", None), ("vm_terminated", None),
+        ("run_failed", None),
+    ]  # fmt: skip
+    with pytest.raises(Conflict):
+        await relay.step(await now(relay, vm), step("c", 3))

@@ -27,6 +27,7 @@ from lantern.engine.ledger import (
     Raise,
     Replay,
     Retry,
+    no_usage,
     step_error,
 )
 from lantern.engine.retries import RetryPolicy
@@ -233,6 +234,31 @@ def test_step_error_maps_what_a_step_raised() -> None:
         "tool",
         True,
     )
+
+
+def test_the_spend_is_folded_from_usage_and_an_output_past_the_limit_fails_the_step() -> None:
+    """What the budget gate of every kind of run reads (``Ledger.spent``) is the usage that
+    model calls' completions carry, inline even when the output went to a blob, and folds
+    back from the journal; the output limit is the ledger's (read once with the settings)."""
+    ledger = Ledger(RUN, max_output=100_000)
+    events: list[NewEvent] = []
+
+    def usage(output: Any) -> dict[str, Any]:
+        return {"inputTokens": 10, "outputTokens": output["n"], "costUsd": 0.5}
+
+    for step, n, size in (("m1", 5, 10), ("m2", 7, 40_000), ("t", 0, 10)):
+        events.append(ledger.start(step, 1, {"type": "llm" if step != "t" else "tool"}))
+        how = usage if step != "t" else no_usage
+        done = ledger.exit(step, 1, {"n": n, "text": "x" * size}, RETRY3, usage=how)
+        events += done.events
+    assert any(e.blob is not None for e in events)  # m2's output is a blob
+    assert (ledger.spent.tokens, ledger.spent.cost_usd, ledger.spent.model_calls) == (32, 1.0, 2)
+    assert Ledger.fold(RUN, journaled(events)).spent == ledger.spent
+    small = Ledger(RUN, max_output=50)
+    small.start("big", 1)
+    done = small.exit("big", 1, {"text": "x" * 60}, RETRY3)
+    assert isinstance(done.next, Failed) and "limit of 50 bytes" in str(done.next.error)
+    assert small.spent.model_calls == 0
 
 
 def test_the_run_end_events() -> None:
