@@ -4,6 +4,12 @@ Every call runs as one whole transaction on a dedicated thread: writes on the wr
 (SQLite has one writer anyway), reads on a reader thread with its own connection, which WAL
 lets proceed beside a write. ``BEGIN IMMEDIATE`` takes the write lock up front, so several
 processes sharing the file queue on it instead of failing mid-transaction.
+
+A lookup of a few rows by key (a run, an API key) is the exception: it runs on the caller's
+thread with a third connection (``_lookup``). Handing it to a thread costs several times what
+the read does (a queue, a wake-up, the GIL passed twice, a future set across threads), and a
+run read over HTTP takes ten of them; a WAL reader takes no lock a writer holds, so it does
+not wait behind a commit. When it cannot read at once, it goes to the reader thread.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +46,8 @@ class SQLiteConnection:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="lantern-sqlite-r")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._lconn: sqlite3.Connection | None = None  # lookups, on the caller's thread
+        self._lookups = threading.Lock()  # held only while a lookup runs: never waited on
         self.notifier = Notifier()  # journal commits, within this process only
 
     def _connect(self) -> sqlite3.Connection:
@@ -85,6 +94,24 @@ class SQLiteConnection:
 
         return await asyncio.get_running_loop().run_in_executor(self._reader, tx)
 
+    async def _lookup(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A read of a few rows by key, here and now (see the module's note); on the reader
+        thread when the database would make it wait (its lock, a busy or failing file) or
+        another thread is looking up, so this never blocks the event loop on a lock."""
+        conn = self._lconn
+        if conn is not None and self._lookups.acquire(blocking=False):
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error:
+                _rollback(conn)  # then read it as any other read, which waits and explains
+            finally:
+                self._lookups.release()
+        return await self._read(fn)
+
     async def open(self) -> None:
         if self._wconn is not None:
             return
@@ -94,6 +121,9 @@ class SQLiteConnection:
         self._wconn = await loop.run_in_executor(self._writer, self._connect)
         await self._write(self._migrate)
         self._rconn = await loop.run_in_executor(self._reader, self._connect)
+        lconn = self._connect()
+        lconn.execute("PRAGMA busy_timeout = 0")  # never wait on the event loop's thread
+        self._lconn = lconn
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
@@ -117,7 +147,10 @@ class SQLiteConnection:
         for conn, pool in ((self._wconn, self._writer), (self._rconn, self._reader)):
             if conn is not None:
                 await loop.run_in_executor(pool, conn.close)
-        self._wconn = self._rconn = None
+        if self._lconn is not None:
+            with self._lookups:
+                self._lconn.close()
+        self._wconn = self._rconn = self._lconn = None
         self._writer.shutdown(wait=False)
         self._reader.shutdown(wait=False)
 

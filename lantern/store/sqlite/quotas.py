@@ -15,7 +15,7 @@ class Quotas(SQLiteConnection):
             "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workspace = ? AND status = 'queued'"
             " LIMIT ?)"
         )
-        row = await self._read(lambda c: c.execute(sql, (workspace, at_most)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (workspace, at_most)).fetchone())
         return int(row[0])
 
     async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:

@@ -107,7 +107,7 @@ class Runs(SQLiteConnection):
             f"SELECT {_RUN_COLUMNS}, request_digest FROM runs"
             " WHERE workspace = ? AND idempotency_key = ?"
         )
-        row = await self._read(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (workspace, idempotency_key)).fetchone())
         return None if row is None else (_run(row), row[-1] or "")
 
     async def request_cancel(self, run_id: str) -> bool:
@@ -125,7 +125,7 @@ class Runs(SQLiteConnection):
             f"SELECT id FROM runs WHERE cancel_requested = 1"
             f" AND id IN ({', '.join('?' * len(run_ids))})"
         )
-        rows = await self._read(lambda c: c.execute(sql, tuple(run_ids)).fetchall())
+        rows = await self._lookup(lambda c: c.execute(sql, tuple(run_ids)).fetchall())
         return {r[0] for r in rows}
 
     # -- API keys ---------------------------------------------------------------------
@@ -147,7 +147,7 @@ class Runs(SQLiteConnection):
 
     async def get_api_key(self, key_id: str) -> ApiKey | None:
         sql = "SELECT * FROM api_keys WHERE id = ?"
-        row = await self._read(lambda c: c.execute(sql, (key_id,)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (key_id,)).fetchone())
         return None if row is None else _api_key(row)
 
     async def list_api_keys(self, workspace: str | None = None) -> list[ApiKey]:
@@ -171,7 +171,7 @@ class Runs(SQLiteConnection):
 
     async def get_run(self, run_id: str) -> Run | None:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
-        row = await self._read(lambda c: c.execute(sql, (run_id,)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (run_id,)).fetchone())
         return None if row is None else _run(row)
 
     async def list_runs(
@@ -247,7 +247,7 @@ class Runs(SQLiteConnection):
 
     async def children(self, run_id: str) -> list[Run]:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"
-        rows = await self._read(lambda c: c.execute(sql, (run_id,)).fetchall())
+        rows = await self._lookup(lambda c: c.execute(sql, (run_id,)).fetchall())
         return [_run(r) for r in rows]
 
     async def recent_step_usage(

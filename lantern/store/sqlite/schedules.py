@@ -162,5 +162,5 @@ class Schedules(SQLiteConnection):
 
     async def run_key(self, run_id: str) -> str | None:
         sql = "SELECT idempotency_key FROM runs WHERE id = ?"
-        row = await self._read(lambda c: c.execute(sql, (run_id,)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (run_id,)).fetchone())
         return None if row is None else row[0]

@@ -54,7 +54,7 @@ class Signing(SQLiteConnection):
             "SELECT COUNT(*), (SELECT hash FROM journal_events WHERE run_id = ?"
             " ORDER BY seq DESC LIMIT 1) FROM journal_events WHERE run_id = ?"
         )
-        row = await self._read(lambda c: c.execute(sql, (run_id, run_id)).fetchone())
+        row = await self._lookup(lambda c: c.execute(sql, (run_id, run_id)).fetchone())
         return int(row[0]), row[1]
 
     async def register_signing_key(self, kid: str, x: str) -> None:
