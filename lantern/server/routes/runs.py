@@ -157,11 +157,16 @@ async def get(
 ) -> dict[str, Any]:
     s = services(request)
     store = s.store
-    run = await owned_run(store, run_id, key)
-    if wait and not run.finished:
-        # A long-poll holds a connection as a stream does.
-        with s.streams.hold(key.id), store.notifier.subscribe(run_id) as sub:
-            run = await finished_within(store, key, run, sub, wait)  # subscribed, then read
+    if not wait:
+        run = await owned_run(store, run_id, key)
+    else:
+        # Subscribed, then read: the run's end is heard however soon it comes, and the wait
+        # needs no second read before it sleeps.
+        with store.notifier.subscribe(run_id) as sub:
+            run = await owned_run(store, run_id, key)
+            if not run.finished:
+                with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
+                    run = await finished_within(store, key, run, sub, wait, read=False)
     return {
         **run_json(run),
         "children": await child_ids(store, run),
