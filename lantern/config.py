@@ -108,7 +108,7 @@ class Settings:
     # LANTERN_RATE_LIMIT: requests per second per key (0: none); docs/operations.md says why
     rate_limit: float = 1000.0
     max_connections: int = 1000  # LANTERN_MAX_CONNECTIONS: uvicorn answers 503 past it
-    streams_per_key: int = 32  # LANTERN_STREAMS_PER_KEY: open streams and long-polls of a key
+    streams_per_key: int = 256  # LANTERN_STREAMS_PER_KEY: open streams and long-polls of a key
     body_timeout: float = 30.0  # LANTERN_BODY_TIMEOUT: a request body must arrive within it
     secrets_key: str | None = field(default=None, repr=False)  # LANTERN_SECRETS_KEY
     node_ttl: float = 15.0  # LANTERN_NODE_TTL: a runtime node silent this long is lost
@@ -147,7 +147,7 @@ class Settings:
             metrics_public=_metrics_public(e),
             rate_limit=_rate(e),
             max_connections=_integer(e, "LANTERN_MAX_CONNECTIONS", 1000),
-            streams_per_key=_integer(e, "LANTERN_STREAMS_PER_KEY", 32),
+            streams_per_key=_integer(e, "LANTERN_STREAMS_PER_KEY", 256),
             body_timeout=_duration(e, "LANTERN_BODY_TIMEOUT", "30s"),
             secrets_key=e.get("LANTERN_SECRETS_KEY") or None,
             node_ttl=_duration(e, "LANTERN_NODE_TTL", "15s"),

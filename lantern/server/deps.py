@@ -29,7 +29,7 @@ class Services:
     limiter: Limiter
     app: App | None = None  # the user's app (--app), when the server loaded one
     # Open streams and long-polls per key (LANTERN_STREAMS_PER_KEY)
-    streams: Streams = field(default_factory=lambda: Streams(32))
+    streams: Streams = field(default_factory=lambda: Streams(256))
 
     def knows_tool(self, workspace: str) -> Callable[[str], bool] | None:
         """Whether the loaded app registers a tool for ``workspace``, or None when no app

@@ -5,7 +5,7 @@ rate; that bounds what one key can make one process do, which is the point: one 
 script in a loop must not starve the rest. ``LANTERN_RATE_LIMIT`` is requests per second per
 key (default 1,000, bursts of twice that: above what a client that waits for its runs sends,
 see docs/operations.md); 0 turns it off. ``Streams`` bounds what a key holds open at once:
-``LANTERN_STREAMS_PER_KEY`` (default 32) streams and long-polls together.
+``LANTERN_STREAMS_PER_KEY`` (default 256, see docs/operations.md) streams and long-polls together.
 """
 
 from __future__ import annotations

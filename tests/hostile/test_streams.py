@@ -1,6 +1,7 @@
-"""Open streams per API key (LANTERN_STREAMS_PER_KEY, default 32) on a real `lantern serve`:
-`/stream` connections and `?wait=` long-polls count together; one more answers 429 with
-Retry-After, and /healthz and another workspace keep answering within a second throughout."""
+"""Open streams per API key (LANTERN_STREAMS_PER_KEY: 32 here, 256 by default) on a real
+`lantern serve`: `/stream` connections and `?wait=` long-polls count together; one more
+answers 429 with Retry-After, and /healthz and another workspace keep answering within a
+second throughout."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ PARKED = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp: Path = tmp_path_factory.mktemp("streams")
-    server = Server(f"sqlite:///{tmp / 'lantern.db'}", tmp / "serve.log").start()
+    # The limit works the same at any setting: 32 keeps the test's connections few.
+    env = {"LANTERN_STREAMS_PER_KEY": "32"}
+    server = Server(f"sqlite:///{tmp / 'lantern.db'}", tmp / "serve.log", env=env).start()
     yield server
     server.stop()
 
