@@ -105,6 +105,14 @@ class Context(abc.ABC):
         """Park until ``POST /v1/runs/{id}/approvals/{name}`` decides (or the timeout does)."""
 
     @abc.abstractmethod
+    async def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
+        """Park until the signal ``name`` is sent to this run (``POST
+        /v1/runs/{id}/signals/{name}``) and return its payload; None once ``timeout_s``
+        seconds have passed without one (journaled). A signal sent before the wait is kept for
+        it; several are taken one per wait, in the order they were received. The step's id is
+        ``name`` (``name#2`` for the next wait for it)."""
+
+    @abc.abstractmethod
     async def run_agent(self, name: str, input: Any) -> Any:
         """Start the agent ``name`` as a child run (its id is derived from this run and step,
         so a re-drive finds the same child) and park until it ends; its output is returned,

@@ -12,6 +12,11 @@ def new_run_id() -> str:
     return f"run_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
 
 
+def new_signal_id() -> str:
+    """A signal's id: time-prefixed as a run's is (docs/signals.md)."""
+    return f"sig_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
 def idempotency_key(run_id: str, step_id: str, attempt: int) -> str:
     """The key every side effect of one step attempt carries: sha256("runID|stepID|attempt")."""
     return hashlib.sha256(f"{run_id}|{step_id}|{attempt}".encode()).hexdigest()

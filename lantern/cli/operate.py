@@ -1,4 +1,5 @@
-"""Acting on runs: ``lantern runs approve|reject|cancel|retry`` and ``lantern approvals list``.
+"""Acting on runs: ``lantern runs approve|reject|cancel|retry|signal`` and ``lantern approvals
+list``.
 
 Each goes to the server named by ``LANTERN_URL`` (with ``LANTERN_API_KEY``) when one is set,
 and otherwise acts on the database directly, as the other ``runs`` commands do. A decision
@@ -191,6 +192,50 @@ def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: 
     run(body)
 
 
+@click.command("signal", cls=OneLine)
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--payload", default="null", show_default=True, help="The signal's payload (JSON).")
+@click.option("--idempotency-key", help="The same key again sends one signal, not two.")
+@DATABASE
+@click.pass_context
+def signal(
+    ctx: click.Context,
+    run_id: str,
+    name: str,
+    payload: str,
+    idempotency_key: str | None,
+    database_url: str | None,
+) -> None:
+    """Send the signal NAME to RUN_ID (docs/signals.md): the run's first wait for NAME, now
+    or later, takes it. Prints the signal's id once it is stored."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> None:
+        checked_run_id(run_id)
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            raise UsageError(f"--payload is not JSON: {exc}") from None
+        api = remote()
+        if api is not None:
+            async with api:
+                sent = await api.signal(run_id, name, value, idempotency_key)
+            click.echo(f"sent: {sent['id']} ({name} to {run_id})")
+            return
+        from lantern.engine.signals import send
+
+        async with opened(s) as store:
+            found = await store.get_run(run_id)
+            if found is None:
+                raise NotFound(f"run {run_id} not found")
+            made = await send(store, found, name, value, idempotency_key)
+        click.echo(f"sent: {made.id} ({name} to {run_id})")
+
+    run(body)
+
+
 @click.group()
 def approvals() -> None:
     """Approvals that runs wait on."""
@@ -246,4 +291,5 @@ def install(runs: click.Group, cli: click.Group) -> None:
     runs.add_command(decision_command("reject"))
     runs.add_command(cancel)
     runs.add_command(retry)
+    runs.add_command(signal)
     cli.add_command(approvals)

@@ -26,9 +26,12 @@ STEP_STARTED: Final = "step_started"
 STEP_COMPLETED: Final = "step_completed"
 STEP_FAILED: Final = "step_failed"
 STEP_RETRYING: Final = "step_retrying"
-STEP_WAITING: Final = "step_waiting"  # parked at an approval or on a sub-agent
+STEP_WAITING: Final = "step_waiting"  # parked at an approval, a signal or on a sub-agent
 STEP_RESUMED: Final = "step_resumed"
 STEP_SKIPPED: Final = "step_skipped"  # no edge into it was taken (a when, an approval's on)
+# A signal wait took a signal: {signalId, name}, in the commit with the step's output (the
+# payload); docs/signals.md.
+SIGNAL_RECEIVED: Final = "signal_received"
 
 # -- notes ----------------------------------------------------------------------------------
 ANOMALY_DETECTED: Final = "anomaly_detected"

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 from lantern.app import Approval, CodeAgent, Context, ModelReply, ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import call_args, determinism
+from lantern.engine import call_args, determinism, signals
 from lantern.engine import events as ev
 from lantern.engine.children import start_child
 from lantern.engine.drive import DriveHost
@@ -328,6 +328,16 @@ class EngineContext(Context):
 
         return Approval.from_json(await self._wait(name, {"type": "approval"}, wait))
 
+    async def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
+        self._drive("wait_for_signal")
+        name = signals.check_name(name, "ctx.wait_for_signal")
+        limit_ms = _timeout_ms(timeout_s, f"ctx.wait_for_signal({name!r})")
+
+        async def wait(step: str, attempt: int) -> dict[str, Any]:
+            return signals.wait(name, limit_ms)
+
+        return await self._wait(name, {"type": "signal", "name": name}, wait)
+
     async def run_agent(self, name: str, input: Any) -> Any:
         d = self._drive("run_agent")
         name = determinism.check_name(name, "ctx.run_agent")
@@ -451,7 +461,7 @@ class EngineContext(Context):
                 raise FailedStep(step, error) from None
             await d.emit([*drafts, (ev.STEP_WAITING, wait, step, attempt)])
             await d.durable()
-        found = await resolved(d.host.store, d.run.id, step, wait)
+        found = await resolved(d.host.store, d.ledger, step, wait)
         if found is None:
             d.parked[step] = wait
             d.halt.set()
@@ -492,6 +502,15 @@ async def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+def _timeout_ms(timeout_s: Any, call: str) -> int | None:
+    """A wait's ``timeout_s`` (seconds, None: no timeout) in milliseconds, checked."""
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+        raise UsageError(f"{call}: timeout_s must be a positive number of seconds")
+    return max(1, round(timeout_s * 1000))
 
 
 def _limit(timeout_ms: Any, name: str) -> float | None:
@@ -579,6 +598,9 @@ class BlockingContext:
 
     def run_agent(self, name: str, input: Any) -> Any:
         return self._do(lambda: self._ctx.run_agent(name, input))
+
+    def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
+        return self._do(lambda: self._ctx.wait_for_signal(name, timeout_s=timeout_s))
 
     def deliver_once(self, name: str, fn: Callable[[], Any], *, to: str | None = None) -> Any:
         return self._do(lambda: self._ctx.deliver_once(name, fn, to=to))

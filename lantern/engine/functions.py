@@ -349,7 +349,7 @@ class FunctionDrive(Drive):
         # A decision or a child's end that landed before the park found the run running, so
         # nothing woke it: look once more.
         for step, wait in self.parked.items():
-            if await resolved(self.host.store, self.run.id, step, wait) is not None:
+            if await resolved(self.host.store, self.ledger, step, wait) is not None:
                 await self.host.store.wake(self.run.id)
                 break
 

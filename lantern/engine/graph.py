@@ -404,6 +404,12 @@ def _parse_node(index: int, raw: Any, problems: list[str], routes: Routes | None
         _check_ai_step(where, data, problems, routes)
     elif node_type == "approval":
         _check_approval(where, data, problems)
+    elif node_type == "signal":
+        if not isinstance(data.get("name"), str) or not _NAME.match(data["name"]):
+            problems.append(
+                f"{where}: a signal node needs data.name, the signal's name (1-100 letters,"
+                " digits, '.', '_' or '-')"
+            )
     elif node_type == "subagent":
         name = data.get("agentName")
         if not isinstance(name, str) or not _NAME.match(name):

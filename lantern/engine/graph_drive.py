@@ -11,8 +11,8 @@ Write-ahead order, and what each commit carries:
 So every step is journaled as started before it is invoked, its output is durable before any
 step that may read it starts, and a step costs one commit, not two. Steps run concurrently as
 tasks; a retry waits out its journaled backoff on a timer; a run with nothing left but parked
-steps (approvals, sub-agents) gives its lease up and holds no task until a decision, a child's
-end or a timeout wakes it.
+steps (approvals, signals, sub-agents) gives its lease up and holds no task until a decision,
+a signal, a child's end or a timeout wakes it.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ class GraphDrive(Drive):
 
     async def _resume_waits(self, cancel: asyncio.Future[Any]) -> bool:
         """Journal the waits that were resolved and go on from them; False if none was."""
-        resolved = await waits.resolved(self.host.store, self.run.id, self.graph, self.waiting)
+        resolved = await waits.resolved(self.host.store, self.ledger, self.graph)
         if not resolved:
             return False
         events: list[NewEvent] = []
@@ -263,11 +263,7 @@ class GraphDrive(Drive):
         for step, resumed, outcome in resolved:
             del self.waiting[step]
             self.attempts.setdefault(step, 1)  # an anomaly's pause is no graph step
-            events.append(
-                self.ledger.event(
-                    ev.STEP_RESUMED, resumed, step_id=step, attempt=self.attempts[step]
-                )
-            )
+            events += self.ledger.resuming(step, resumed)
             failure = self._settle(step, outcome, events, backoffs) or failure
         await self._advance(events, failure, backoffs, [], cancel)
         return True
@@ -278,7 +274,7 @@ class GraphDrive(Drive):
         await self.commit([], RunUpdate("waiting", wake_at=waits.wake_at(self.waiting)))
         # A decision or a child's end that landed between our last look and the park found
         # the run still running, so nothing woke it: look once more.
-        if await waits.resolved(self.host.store, self.run.id, self.graph, self.waiting):
+        if await waits.resolved(self.host.store, self.ledger, self.graph):
             await self.host.store.wake(self.run.id)
 
     def _schedule(self, step: str, attempt: int, due_ms: int) -> None:

@@ -17,7 +17,11 @@ What it knows (read-only for callers; change it only through the methods below):
 its ``step_failed``), ``types`` (step -> its ``step_started`` type), ``order`` (step ids in
 the order first started), ``pinned`` (the version a ``run_repinned`` moved the run to, or
 None), ``backing_off`` (step -> (next attempt, due epoch ms) of a retry not started yet),
-``seq`` and ``hash`` (the chain's head).
+``seq`` and ``hash`` (the chain's head), ``taken`` (the ids of the signals waits took).
+
+A signal wait (docs/signals.md) parks like an approval (``Parked``; no lease, no slot);
+``signal(step, signals, now_ms)`` decides which of the run's signals it takes, or that it
+timed out, and ``resumed`` journals that with ``signal_received``.
 
 Entering a step, ``enter(step, position=None)`` answers one of:
 
@@ -29,7 +33,7 @@ Entering a step, ``enter(step, position=None)`` answers one of:
   ahead), when False it was in flight at a crash and runs again with the same attempt/key;
 - ``Due(step, attempt, key, due_ms)``: a retry whose backoff a crash or a park cut short:
   wait until ``due_ms`` (epoch ms), then journal ``start`` and run it;
-- ``Parked(step, attempt, wait)``: a wait (approval, timer, sub-agent) is journaled:
+- ``Parked(step, attempt, wait)``: a wait (approval, signal, timer, sub-agent) is journaled:
   resolve it, then ``resumed(...)``;
 - ``Nondeterminism(mismatch)``: ``position`` (1-based, code-first and microVM calls) asks
   for another step than the journal holds there: the run fails with ``mismatch.error()``.
@@ -48,11 +52,13 @@ Other events, each made, chained and folded in one call: ``start`` (``step_start
 ``event(kind, data, step_id=, attempt=)`` and ``completed(...)`` (the ``EventWriter``
 calls, so a ledger stands where a writer did), ``wait`` (``step_waiting``), ``failed``
 (``step_failed`` without a retry decision, for a wait that fails at once), ``resumed``
-(``step_resumed`` and the outcome of a wait), ``anomalies(found)`` (``anomaly_detected``
-and each one's policy applied), and the run's end: ``succeeded``, ``run_failed``,
-``step_ended_run``, ``cancelled`` (each ``(event, RunUpdate)``). ``key(step, attempt)`` and
-``child_id(step, attempt)`` give an attempt's idempotency key and its sub-agent's run id,
-both pure functions of (run, step, attempt), so a re-drive finds what the crash left.
+(``step_resumed`` and the outcome of a wait; ``resuming`` the first part alone, with
+``signal_received`` before it when the wait took a signal), ``anomalies(found)``
+(``anomaly_detected`` and each one's policy applied), and the run's end: ``succeeded``,
+``run_failed``, ``step_ended_run``, ``cancelled`` (each ``(event, RunUpdate)``).
+``key(step, attempt)`` and ``child_id(step, attempt)`` give an attempt's idempotency key and
+its sub-agent's run id, both pure functions of (run, step, attempt), so a re-drive finds
+what the crash left.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ from lantern.engine.payloads import (
     AnomalyDetected,
     RunCancelled,
     RunRepinned,
+    SignalReceived,
+    SignalWait,
     StepFailed,
     StepRetrying,
     StepStarted,
@@ -82,6 +90,7 @@ from lantern.ids import child_run_id, idempotency_key
 from lantern.models.budget import Budget, spent_in
 from lantern.store.codec import dumps, text_problem
 from lantern.store.records import Event, NewEvent, RunUpdate, RunUsage
+from lantern.store.signals import Signal
 
 Usage = Callable[[Any], dict[str, Any] | None]
 
@@ -241,6 +250,7 @@ class Ledger:
         self.types: dict[str, str] = {}
         self.order: list[str] = []
         self.pinned: str | None = None
+        self.taken: set[str] = set()  # the ids of the signals waits have taken
         self._writer = EventWriter(run_id)
 
     @classmethod
@@ -272,6 +282,8 @@ class Ledger:
                 # What the budget gate counts, the same for every kind of run: the usage a
                 # model call's step_completed carries (inline even when its output is a blob).
                 self.spent = self.spent + spent_in((e.data["usage"],))
+            elif e.kind == ev.SIGNAL_RECEIVED:
+                self.taken.add(SignalReceived.read(e.data).signal_id)
         elif e.kind == ev.RUN_REPINNED:
             self.pinned = RunRepinned.read(e.data).version
         self._writer.seq, self._writer.hash = self.state.last_seq, self.state.last_hash
@@ -410,7 +422,7 @@ class Ledger:
         """A resolved wait: ``step_resumed`` with ``data``, then the step's output (a
         decision, a child's output, None for a timer) or its failure (a StepError)."""
         attempt = self.state.attempts.get(step, 1)
-        events = [self.event(ev.STEP_RESUMED, data, step_id=step, attempt=attempt)]
+        events = self.resuming(step, data)
         if isinstance(outcome, StepError):
             events.append(self.failed(step, attempt, outcome))
             return Exit(events, Failed(step, outcome))
@@ -420,6 +432,47 @@ class Ledger:
             return Exit(events, Failed(step, found))
         events.append(found)
         return Exit(events, Completed(self.state.outputs[step]))
+
+    def resuming(self, step: str, data: dict[str, Any]) -> list[NewEvent]:
+        """``step_resumed`` with ``data``, after ``signal_received`` when the wait took a
+        signal (``data`` names its id): the step's outcome follows in the same commit."""
+        attempt = self.state.attempts.get(step, 1)
+        events: list[NewEvent] = []
+        if "signalId" in data:
+            got = SignalReceived(str(data["signalId"]), str(data.get("name")))
+            events.append(self.event(ev.SIGNAL_RECEIVED, got.data(), step_id=step, attempt=attempt))
+        events.append(self.event(ev.STEP_RESUMED, data, step_id=step, attempt=attempt))
+        return events
+
+    # -- signal waits ----------------------------------------------------------------------
+
+    def signal(
+        self, step: str, signals: Sequence[Signal], now_ms: int
+    ) -> tuple[dict[str, Any], Any] | None:
+        """What resolves the signal wait ``step`` parks at, given the run's ``signals`` of
+        its name in arrival order: the ``step_resumed`` data and the step's output, or None
+        while it waits on. The signals no wait has taken go one per wait, in arrival order,
+        to the waits in the order they began (the n-th waiting takes the n-th untaken), so
+        several waits resolved from one look never take the same signal; a wait that finds
+        none past its ``dueAt`` times out."""
+        wait = SignalWait.read(self.state.waiting.get(step, {}))
+        if wait is None:
+            return None
+        waits = [
+            s
+            for s, w in self.state.waiting.items()
+            if w.get("kind") == SignalWait.KIND and w.get("name") == wait.name
+        ]
+        rank = waits.index(step)
+        untaken = [g for g in signals if g.name == wait.name and g.id not in self.taken]
+        if rank < len(untaken):
+            got = untaken[rank]
+            return {"signalId": got.id, "name": wait.name}, wait.output(got.payload, True)
+        if wait.due_at is not None and now_ms >= wait.due_at:
+            return {"name": wait.name, "timedOut": True, "dueAt": wait.due_at}, wait.output(
+                None, False
+            )
+        return None
 
     def _complete(self, step: str, attempt: int, value: Any, usage: Usage) -> NewEvent | StepError:
         """``step_completed`` with ``value`` as a replay reads it back, or the StepError

@@ -149,3 +149,58 @@ class RunRepinned:
     @classmethod
     def read(cls, data: Mapping[str, Any]) -> RunRepinned:
         return cls(str(data.get("version")))
+
+
+@dataclass(frozen=True)
+class SignalWait:
+    """``step_waiting`` of a signal wait: the signal's ``name``, when it times out (``due_at``,
+    epoch ms, None: never), and whether its output is a graph node's ``{received, payload}``
+    (``envelope``) or the payload itself (a code-first ``ctx.wait_for_signal``)."""
+
+    name: str
+    due_at: int | None = None
+    envelope: bool = False
+
+    KIND = "signal"
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.KIND, "name": self.name}
+        if self.due_at is not None:
+            data["dueAt"] = self.due_at
+        if self.envelope:
+            data["envelope"] = True
+        return data
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> SignalWait | None:
+        """The signal wait ``data`` is, or None for any other wait."""
+        if data.get("kind") != cls.KIND:
+            return None
+        due = data.get("dueAt")
+        return cls(
+            str(data.get("name")),
+            None if due is None else _int(due, 0),
+            bool(data.get("envelope", False)),
+        )
+
+    def output(self, payload: Any, received: bool) -> Any:
+        """The waiting step's output: what a wait that took ``payload`` (or timed out) returns."""
+        if not self.envelope:
+            return payload if received else None
+        return {"received": True, "payload": payload} if received else {"received": False}
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    """``signal_received``: a signal wait took the signal ``signal_id`` (docs/signals.md); its
+    payload is the step's output, journaled in the same commit."""
+
+    signal_id: str
+    name: str
+
+    def data(self) -> dict[str, Any]:
+        return {"signalId": self.signal_id, "name": self.name}
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> SignalReceived:
+        return cls(str(data.get("signalId")), str(data.get("name")))

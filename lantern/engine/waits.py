@@ -1,8 +1,10 @@
-"""Parked steps: what resolves an approval or a sub-agent wait, and when a parked run is due.
+"""Parked steps: what resolves an approval, a signal or a sub-agent wait, and when a parked
+run is due.
 
 A run with nothing left to run but parked steps gives its lease up and holds no task. What
-resolves a wait is stored outside the run's journal (a decision in ``approvals``, a child's
-status in ``runs``) until the run is driven again and journals it as ``step_resumed``.
+resolves a wait is stored outside the run's journal (a decision in ``approvals``, a signal in
+``signals``, a child's status in ``runs``) until the run is driven again and journals it as
+``step_resumed``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from lantern.engine import signals
 from lantern.engine.graph import Graph
+from lantern.engine.ledger import Ledger
 from lantern.errors import StepError
 from lantern.store.base import Store
 from lantern.store.records import Decision
@@ -32,9 +36,9 @@ def decided(d: Decision) -> dict[str, Any]:
     return answer
 
 
-async def resolved(
-    store: Store, run_id: str, graph: Graph, waiting: Mapping[str, Mapping[str, Any]]
-) -> list[Resolution]:
+async def resolved(store: Store, ledger: Ledger, graph: Graph) -> list[Resolution]:
+    """The run's parked steps (``ledger.waiting``) that are resolved now."""
+    run_id, waiting = ledger.run_id, ledger.waiting
     found: list[Resolution] = []
     approvals = [s for s, w in waiting.items() if w.get("kind") == "approval"]
     decisions = await store.decisions(run_id) if approvals else {}
@@ -50,6 +54,10 @@ async def resolved(
             else:
                 continue
             found.append((step, answer, _approval_outcome(graph, step, answer, wait)))
+        elif wait.get("kind") == "signal":
+            took = await signals.resolved(store, ledger, step)
+            if took is not None:
+                found.append((step, *took))
         elif wait.get("kind") == "subagent":
             child = await store.get_run(wait["childRunId"])
             if child is None or not child.finished:
@@ -84,6 +92,7 @@ def _approval_outcome(
 
 
 def wake_at(waiting: Mapping[str, Mapping[str, Any]]) -> datetime | None:
-    """The earliest approval timeout: a parked run is claimed then even if nobody decides."""
+    """The earliest timeout of a wait (an approval's, a signal's): a parked run is claimed
+    then even if nothing resolves it."""
     due = [w["dueAt"] for w in waiting.values() if "dueAt" in w]
     return datetime.fromtimestamp(min(due) / 1000, UTC) if due else None

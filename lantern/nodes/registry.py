@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lantern.nodes import ai_step, approval, connector, subagent, tool, trigger
+from lantern.nodes import ai_step, approval, connector, signal, subagent, tool, trigger
 from lantern.nodes.base import NodeExecutor
 
 _EXECUTORS: dict[str, NodeExecutor] = {
@@ -12,10 +12,13 @@ _EXECUTORS: dict[str, NodeExecutor] = {
     "ai-step": ai_step.execute,
     "approval": approval.execute,
     "subagent": subagent.execute,
+    "signal": signal.execute,
 }
 AVAILABLE_TYPES = frozenset(_EXECUTORS)
 PLANNED_TYPES: frozenset[str] = frozenset()  # named in errors as "not available yet"
-WAITING_TYPES = frozenset({"approval", "subagent"})  # park the run; no step timeout applies
+WAITING_TYPES = frozenset(
+    {"approval", "subagent", "signal"}
+)  # park the run; no step timeout applies
 
 
 def executor_for(node_type: str) -> NodeExecutor:

@@ -10,10 +10,11 @@ another attempt, or ``step_failed``; all through THE fenced commit. The output g
 the VM over its channel. A step in flight when the VM was lost is attempted again with the
 same attempt and the same idempotency key, as in-process.
 
-``ctx.approval``, ``ctx.run_agent`` and ``ctx.sleep`` are waits (``prepare_wait``): the
-same ``step_started`` and ``step_waiting`` as an in-process code agent's, resolved the same way
-(``lantern.engine.function_waits``: a decision through the approvals API, the child run's end,
-the journaled due time), then ``step_resumed`` and ``step_completed``. What differs is only
+``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` are waits
+(``prepare_wait``): the same ``step_started`` and ``step_waiting`` as an in-process code agent's,
+resolved the same way (``lantern.engine.function_waits``: a decision through the approvals API,
+the child run's end, the journaled due time, a signal the step ledger gives the wait), then
+``step_resumed`` (after ``signal_received``) and ``step_completed``. What differs is only
 that the VM waits, holding its runtime node's slot, where an in-process run parks.
 
 ``prepare`` and ``prepare_wait`` check the request before anything is journaled (one clear
@@ -29,7 +30,7 @@ from typing import Any
 
 from lantern.app import App, ToolContext
 from lantern.effects.claims import Deliveries
-from lantern.engine import call_args, runs
+from lantern.engine import call_args, runs, signals
 from lantern.engine.ledger import Ledger
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
@@ -161,7 +162,7 @@ def _tool(
     return Prepared("tool", data, RetryPolicy(), work, _no_usage)
 
 
-WAITS = ("approval", "run_agent", "sleep")
+WAITS = ("approval", "run_agent", "sleep", "signal")
 
 # (step, attempt) -> the step_waiting data (a sub-agent's child run is created by it)
 MakeWait = Callable[[str, int], Awaitable[dict[str, Any]]]
@@ -176,7 +177,7 @@ class Wait:
 def prepare_wait(
     request: dict[str, Any], *, run: Run, store: Store, app: App, on_queued: Callable[[], None]
 ) -> Wait:
-    """The wait ``request`` asks for (``kind`` approval, run_agent or sleep), checked."""
+    """The wait ``request`` asks for (``kind`` approval, run_agent, sleep or signal), checked."""
     kind = request.get("kind")
     if kind == "sleep":
         due, seconds = request.get("dueAt"), request.get("seconds")
@@ -217,6 +218,18 @@ def prepare_wait(
             return data
 
         return Wait({"type": "approval"}, decision)
+    if kind == "signal":
+        wanted = signals.check_name(request.get("name"), "ctx.wait_for_signal")
+        limit = request.get("timeoutMs")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+        ):
+            raise UsageError("ctx.wait_for_signal: timeout_s must be a positive number")
+
+        async def signal(step: str, attempt: int) -> dict[str, Any]:
+            return signals.wait(wanted, limit)
+
+        return Wait({"type": "signal", "name": wanted}, signal)
     if kind == "run_agent":
         name = request.get("agentName")
         if not isinstance(name, str) or not name:

@@ -1,7 +1,7 @@
 """The control plane's side of what a VM says, under its token (relayed by its runtime node):
 ``POST /v1/runtime/step`` (what the workload's own ``ctx.step`` did), ``POST
 /v1/runtime/call`` (the steps a VM asks the control plane to perform: model calls, tools,
-waits; see ``lantern.runtime.calls``), ``GET /v1/runtime/steps``, and ``POST
+waits, signals among them; see ``lantern.runtime.calls``), ``GET /v1/runtime/steps``, and ``POST
 /v1/runtime/report`` (the runtime node's own: the VM's start and end).
 
 The VM proposes, the control plane decides. Every answer comes from the run's step ledger
@@ -68,7 +68,7 @@ MAX_STEP_ID = 200
 WAIT_POLL = (0.25, 1.0)
 # The step type each call kind is journaled with: a call must match what the journal holds.
 CALL_TYPES = {"model": "llm", "tool": "tool", "approval": "approval", "sleep": "sleep",
-              "run_agent": "subagent"}  # fmt: skip
+              "run_agent": "subagent", "signal": "signal"}  # fmt: skip
 ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
 
@@ -300,23 +300,25 @@ class Relay:
         return await self._resolve(drive, step, data)
 
     async def _resolve(self, drive: VmDrive, step: str, wait: dict[str, Any]) -> dict[str, Any]:
-        """Wait until the wait resolves, as an in-process one would (a decision, the child
-        run's end, the due time), then journal ``step_resumed`` and the step's output or
+        """Wait until the wait resolves, as an in-process one would (a decision, a signal,
+        the child run's end, the due time), then journal ``step_resumed`` and the step's output or
         failure. A VM that stops being the run's live one ends it (409)."""
         every = WAIT_POLL[0]
         vm = drive.vm
-        while (found := await resolved(self.store, vm.run_id, step, wait)) is None:
-            drive = await self._live(vm)  # Conflict once the VM is lost, replaced, cancelled
+        while True:
+            # Looked at and journaled under the drive's lock: the ledger that decides which
+            # signal a wait takes is the one the commit folds it into.
+            async with drive.lock:
+                found = await resolved(self.store, drive.ledger, step, wait)
+                if found is not None:
+                    done = drive.ledger.resumed(step, *found)
+                    await self._journal(drive, done.events)
+                    return _next(done.next)
             due = wait.get("dueAt")
             left = every if due is None else max(0.0, min(every, due / 1000 - time.time()))
             await asyncio.sleep(left)
             every = min(every * 1.5, WAIT_POLL[1])
-        data, outcome = found
-        drive = await self._live(vm)
-        async with drive.lock:
-            done = drive.ledger.resumed(step, data, outcome)
-            await self._journal(drive, done.events)
-        return _next(done.next)
+            drive = await self._live(vm)  # Conflict once the VM is lost, replaced, cancelled
 
     # -- the runtime node's own reports --------------------------------------------------
 

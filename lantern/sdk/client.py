@@ -258,6 +258,27 @@ class AsyncClient:
             raise InvalidResponse(f"unexpected answer to a decision: {answer!r}")
         return answer
 
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Send the signal ``name`` with ``payload`` to a run (docs/signals.md): its first wait
+        for that name, now or later, takes it. The answer is ``{id, name, runId}`` once the
+        signal is stored. The request always carries an idempotency key (a random one unless
+        given), so it is safely retried: the same key sends one signal. A finished run raises
+        ``ConflictError``."""
+        key = idempotency_key or uuid.uuid4().hex
+        path = f"/v1/runs/{_seg(run_id)}/signals/{_seg(name)}"
+        answer = await self._send(
+            "POST", path, safe=True, json={"payload": payload}, headers={"Idempotency-Key": key}
+        )
+        if not isinstance(answer, dict) or "id" not in answer:
+            raise InvalidResponse(f"unexpected answer to a signal: {answer!r}")
+        return answer
+
     async def cancel(self, run_id: str) -> Run:
         """Cancel a queued, running or waiting run. A running run may come back still running
         with ``cancel_requested`` set while its replica stops it; ``wait()`` for the end. A run

@@ -210,6 +210,15 @@ class Client:
     ) -> dict[str, Any]:
         return self._thread.run(self._async.approve(run_id, node_id, decision, comment))
 
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        return self._thread.run(self._async.signal(run_id, name, payload, idempotency_key))
+
     def cancel(self, run_id: str) -> Run:
         return self._thread.run(self._async.cancel(run_id))
 

@@ -25,6 +25,16 @@ class Resume(Body):
     version: str = Field(min_length=1, max_length=100)
 
 
+class SendSignal(Body):
+    payload: Any = None
+
+
+class SignalOut(BaseModel):
+    id: str
+    name: str
+    runId: str
+
+
 class DecisionOut(BaseModel):
     runId: str
     nodeId: str

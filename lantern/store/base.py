@@ -33,6 +33,7 @@ from lantern.store.records import (
 from lantern.store.retention import RetentionStore
 from lantern.store.runtime import RuntimeStore
 from lantern.store.schedules import ScheduleStore
+from lantern.store.signals import SignalStore
 
 
 class JournalStore(Protocol):
@@ -105,7 +106,8 @@ class LeaseStore(Protocol):
         ``limit``: each with the lease this call stole for it, or None where another won."""
 
     async def runs_leased_by(self, worker_id: str) -> list[str]:
-        """Unfinished runs whose lease (live or expired) names this worker id."""
+        """Unfinished runs whose lease (live or expired) names this worker id: queued or
+        running, or parked and claimed (woken) but not opened yet."""
 
     async def renew_lease(self, lease: Lease, ttl: float) -> bool:
         """Extend the lease; False when its epoch is no longer current."""
@@ -284,6 +286,7 @@ class Store(
     SecretStore,
     RuntimeStore,
     ScheduleStore,
+    SignalStore,
     RetentionStore,
     Protocol,
 ):

@@ -50,7 +50,7 @@ class RetentionStore(Protocol):
 
     async def delete_runs(self, run_ids: Sequence[str]) -> Deleted:
         """Delete these runs, those of them that are finished, with their events, deliveries,
-        approvals, receipt, VMs and lease, unlink their sub-agent runs, and delete the blobs
-        no remaining event references: all in one transaction."""
+        approvals, signals, receipt, VMs and lease, unlink their sub-agent runs, and delete the
+        blobs no remaining event references: all in one transaction."""
 
     async def storage_gauges(self) -> StorageGauges: ...

@@ -14,9 +14,9 @@ A resumed VM (``LANTERN_RESUME=1``) is also handed the run's completed steps fir
 ``ctx.model`` and ``ctx.tool`` cross the channel: the VM has no network and no keys, so the
 control plane performs the model call (with its provider keys, through its model layer) or
 runs the tool registered on its ``App``, as a journaled step, and answers with the step's
-output. ``ctx.approval``, ``ctx.run_agent`` and ``ctx.sleep`` cross it too: the control plane
-journals the wait as for an in-process agent and answers when it resolves; the VM waits for
-the answer where an in-process run would park.
+output. ``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` cross it
+too: the control plane journals the wait as for an in-process agent and answers when it
+resolves; the VM waits for the answer where an in-process run would park.
 """
 
 from __future__ import annotations
@@ -247,6 +247,17 @@ class Context:
             "onTimeout": on_timeout,
         }
         return Approval.from_json(await self._remote(name, request))
+
+    async def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
+        """Wait for the signal ``name`` (``POST /v1/runs/{id}/signals/{name}``) and return its
+        payload, or None after ``timeout_s`` seconds. The control plane journals the wait and
+        decides which signal it takes; the VM waits for it where an in-process run would park."""
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0
+        ):
+            raise ValueError(f"ctx.wait_for_signal({name!r}): timeout_s must be a positive number")
+        limit = None if timeout_s is None else max(1, round(timeout_s * 1000))
+        return await self._remote(name, {"kind": "signal", "name": name, "timeoutMs": limit})
 
     async def run_agent(self, name: str, input: Any) -> Any:
         """Start the agent ``name`` as a child run (a deterministic id) and wait for its end:

@@ -483,9 +483,15 @@ def test_a_bad_name_and_a_bad_graph_are_reported_together() -> None:
         ),
         ({"id": "ok", "type": "approval", "data": {"timeoutMs": 0}}, "data.timeoutMs must be"),
         ({"id": "c", "type": "subagent", "data": {}}, "a subagent node needs data.agentName"),
+        ({"id": "s", "type": "signal", "data": {}}, "a signal node needs data.name"),
+        ({"id": "s", "type": "signal", "data": {"name": "a b"}}, "a signal node needs data.name"),
+        (
+            {"id": "s", "type": "signal", "data": {"name": "pay", "timeoutMs": -1}},
+            "data.timeoutMs must be",
+        ),
     ],
 )
-def test_an_invalid_approval_or_subagent_node(node: dict[str, Any], expected: str) -> None:
+def test_an_invalid_approval_subagent_or_signal_node(node: dict[str, Any], expected: str) -> None:
     problem = one_problem(fan_out(node))
     assert expected in problem
 

@@ -34,6 +34,7 @@ from lantern.engine.retries import RetryPolicy
 from lantern.errors import StepError
 from lantern.ids import child_run_id, idempotency_key
 from lantern.store.records import Event, NewEvent
+from lantern.store.signals import Signal
 
 RUN = "run_1"
 RETRY3 = RetryPolicy(3, 100, frozenset({"any"}))
@@ -196,6 +197,48 @@ def test_a_wait_parks_then_resumes_with_its_outcome() -> None:
     failed = ledger.resumed("kid", {"status": "failed"}, child)
     assert failed.next == Failed("kid", child)
     assert ledger.enter("kid") == Raise("kid", child.to_json())
+
+
+def signal(n: int, name: str = "pay") -> Signal:
+    return Signal(f"sig_{n}", RUN, name, {"n": n}, datetime.now(UTC))
+
+
+def test_signal_waits_take_untaken_signals_one_each_in_arrival_order_or_time_out() -> None:
+    ledger = Ledger(RUN)
+    events: list[NewEvent] = []
+    waits: list[tuple[str, dict[str, Any]]] = [
+        ("a", {"kind": "signal", "name": "pay"}),
+        ("b", {"kind": "signal", "name": "pay", "dueAt": 1000}),
+        ("node", {"kind": "signal", "name": "pay", "dueAt": 1000, "envelope": True}),
+        ("other", {"kind": "signal", "name": "ship", "dueAt": 1000}),
+    ]
+    for step, data in waits:
+        events += [ledger.start(step, 1, {"type": "signal"}), ledger.wait(step, 1, data)]
+    sent = [signal(1), signal(2), signal(3, "ship")]
+    # Resolved from one look: the waits in the order they began take the signals in order.
+    took = ledger.signal("a", sent, 0)
+    assert took == ({"signalId": "sig_1", "name": "pay"}, {"n": 1})
+    assert ledger.signal("b", sent, 0) == ({"signalId": "sig_2", "name": "pay"}, {"n": 2})
+    assert ledger.signal("node", sent, 999) is None  # none left for it, not due yet
+    out = ledger.resumed("a", *took)
+    events += out.events
+    assert [e.kind for e in out.events] == [
+        ev.SIGNAL_RECEIVED, ev.STEP_RESUMED, ev.STEP_COMPLETED,
+    ]  # fmt: skip
+    assert out.events[0].data == {"signalId": "sig_1", "name": "pay"}
+    # Folded from the journal, sig_1 is taken: b is now the first wait and takes sig_2.
+    folded = Ledger.fold(RUN, journaled(events))
+    assert folded.taken == {"sig_1"}
+    assert folded.enter("a") == Replay("a", {"n": 1})
+    assert folded.signal("b", sent, 0) == ({"signalId": "sig_2", "name": "pay"}, {"n": 2})
+    timed_out = {"name": "pay", "timedOut": True, "dueAt": 1000}
+    assert folded.signal("node", sent, 1000) == (timed_out, {"received": False})
+    assert folded.signal("other", sent, 0) == ({"signalId": "sig_3", "name": "ship"}, {"n": 3})
+    # A graph node's output is the envelope; it is the second pay wait, so the second untaken.
+    assert folded.signal("node", [*sent, signal(4)], 0) == (
+        {"signalId": "sig_4", "name": "pay"},
+        {"received": True, "payload": {"n": 4}},
+    )
 
 
 def test_child_run_ids_are_a_function_of_run_step_and_attempt() -> None:

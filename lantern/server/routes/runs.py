@@ -1,4 +1,4 @@
-"""/v1/runs: create, read, list, follow, cancel, and approvals."""
+"""/v1/runs: create, read, list, follow, cancel, approvals and signals."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lantern.engine.cancel import cancel_run
 from lantern.engine.resume import resume_run
 from lantern.engine.runs import create_run
 from lantern.engine.schedules import schedule_of_key
+from lantern.engine.signals import send
 from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.ratelimit import StreamsExceeded
@@ -28,6 +29,8 @@ from lantern.server.schemas import (
     Resume,
     RunOut,
     RunPage,
+    SendSignal,
+    SignalOut,
 )
 from lantern.store.base import Store
 from lantern.store.notify import Subscription
@@ -313,3 +316,22 @@ async def approve(
         },
         status_code=202,
     )
+
+
+@router.post("/{run_id}/signals/{name}", status_code=202, response_model=SignalOut)
+async def signal(
+    run_id: str,
+    name: str,
+    body: SendSignal,
+    request: Request,
+    key: Annotated[ApiKey, Depends(scope("runs:execute"))],
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+) -> JSONResponse:
+    """Send the signal ``name`` to a run (docs/signals.md): stored durably before this
+    answers, and taken by the run's first wait for that name (now or later); an
+    ``Idempotency-Key`` makes a retried send one signal. 409 for a finished run."""
+    s = services(request)
+    run = await owned_run(s.store, run_id, key)
+    sent = await send(s.store, run, name, body.payload, idempotency_key)
+    s.worker.wake()  # a parked run is due now: resume it here unless another replica is quicker
+    return JSONResponse({"id": sent.id, "name": sent.name, "runId": sent.run_id}, status_code=202)

@@ -141,7 +141,10 @@ class Leases(PostgresConnection):
     async def runs_leased_by(self, worker_id: str) -> list[str]:
         rows = await self._fetchall(
             "SELECT l.run_id FROM run_locks l JOIN runs r ON r.id = l.run_id"
-            " WHERE l.worker_id = %s AND r.status IN ('queued', 'running') ORDER BY r.created_at",
+            " WHERE l.worker_id = %s AND (r.status IN ('queued', 'running')"
+            # A parked run claimed when it was woken, and not opened yet: its lease is not
+            # given up (a park gives it up), and nobody else may claim it until it expires.
+            "  OR (r.status = 'waiting' AND l.expires_at > 'epoch')) ORDER BY r.created_at",
             (worker_id,),
         )
         return [r[0] for r in rows]

@@ -39,6 +39,8 @@ WITH events AS (
     DELETE FROM side_effect_receipts WHERE run_id = ANY(%(ids)s) RETURNING 1
 ), decisions AS (
     DELETE FROM approvals WHERE run_id = ANY(%(ids)s) RETURNING 1
+), signalled AS (
+    DELETE FROM signals WHERE run_id = ANY(%(ids)s) RETURNING 1
 ), signed AS (
     DELETE FROM receipts WHERE run_id = ANY(%(ids)s) RETURNING 1
 ), vms AS (
@@ -49,7 +51,8 @@ WITH events AS (
     UPDATE runs SET parent_run_id = NULL WHERE parent_run_id = ANY(%(ids)s)
 )
 SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM deliveries)
-       + (SELECT count(*) FROM decisions) + (SELECT count(*) FROM signed)
+       + (SELECT count(*) FROM decisions) + (SELECT count(*) FROM signalled)
+       + (SELECT count(*) FROM signed)
        + (SELECT count(*) FROM vms) + (SELECT count(*) FROM locks),
        (SELECT COALESCE(sum(size), 0) FROM events),
        ARRAY(SELECT DISTINCT blob_digest FROM events WHERE blob_digest IS NOT NULL

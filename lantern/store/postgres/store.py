@@ -11,10 +11,21 @@ from lantern.store.postgres.runs import Runs
 from lantern.store.postgres.runtime import Runtime
 from lantern.store.postgres.schedules import Schedules
 from lantern.store.postgres.secrets import Secrets
+from lantern.store.postgres.signals import Signals
 from lantern.store.postgres.signing import Signing
 
 
 class PostgresStore(
-    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules, Retention
+    Runs,
+    Journal,
+    Leases,
+    Signing,
+    Secrets,
+    Quotas,
+    Runtime,
+    Operations,
+    Schedules,
+    Signals,
+    Retention,
 ):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -146,7 +146,10 @@ class Leases(SQLiteConnection):
     async def runs_leased_by(self, worker_id: str) -> list[str]:
         sql = (
             "SELECT l.run_id FROM run_locks l JOIN runs r ON r.id = l.run_id"
-            " WHERE l.worker_id = ? AND r.status IN ('queued', 'running') ORDER BY r.created_at"
+            " WHERE l.worker_id = ? AND (r.status IN ('queued', 'running')"
+            # A parked run claimed when it was woken, and not opened yet: its lease is not
+            # given up (a park gives it up), and nobody else may claim it until it expires.
+            "  OR (r.status = 'waiting' AND l.expires_at > 0)) ORDER BY r.created_at"
         )
         rows = await self._read(lambda c: c.execute(sql, (worker_id,)).fetchall())
         return [r[0] for r in rows]

@@ -20,6 +20,7 @@ RUN_TABLES = (
     "journal_events",
     "side_effect_receipts",
     "approvals",
+    "signals",
     "receipts",
     "runtime_vms",
     "run_locks",

@@ -11,10 +11,21 @@ from lantern.store.sqlite.runs import Runs
 from lantern.store.sqlite.runtime import Runtime
 from lantern.store.sqlite.schedules import Schedules
 from lantern.store.sqlite.secrets import Secrets
+from lantern.store.sqlite.signals import Signals
 from lantern.store.sqlite.signing import Signing
 
 
 class SQLiteStore(
-    Runs, Journal, Leases, Signing, Secrets, Quotas, Runtime, Operations, Schedules, Retention
+    Runs,
+    Journal,
+    Leases,
+    Signing,
+    Secrets,
+    Quotas,
+    Runtime,
+    Operations,
+    Schedules,
+    Signals,
+    Retention,
 ):
     """``base.Store`` on one SQLite file."""

@@ -112,7 +112,8 @@ export function buildModel(events, now) {
         s.status = "skipped";
         break;
       case "step_waiting":
-        // kind: "approval" or "subagent"; an anomaly's pause is an approval with no start.
+        // kind: "approval", "signal" or "subagent"; an anomaly's pause is an approval with no
+        // start.
         s.waits.push({ start: at, end: null, kind: data.kind || "", data, resumed: null });
         if (!s.type) s.type = data.kind || "";
         s.status = "waiting";

@@ -42,9 +42,10 @@ export function decidedBy(resumed) {
   return resumed.by || "someone";
 }
 
-/** What a wait waits for: "approval", "sub-agent". */
+/** What a wait waits for: "approval", "sub-agent", "signal payment". */
 export function waitsFor(wait, s) {
   const kind = wait.kind || s.type;
   if (kind === "subagent") return "sub-agent";
+  if (kind === "signal" && wait.data && wait.data.name) return `signal ${wait.data.name}`;
   return kind || "an event";
 }

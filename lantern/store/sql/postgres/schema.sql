@@ -243,3 +243,17 @@ CREATE TABLE workspace_settings (
 CREATE INDEX runs_finished ON runs (id) WHERE status IN ('succeeded', 'failed', 'cancelled');
 
 CREATE INDEX journal_events_by_blob ON journal_events (blob_digest) WHERE blob_digest IS NOT NULL;
+
+CREATE TABLE signals (
+    position         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               text        NOT NULL UNIQUE,
+    run_id           text        NOT NULL REFERENCES runs (id),
+    name             text        NOT NULL,
+    payload          text        NOT NULL,
+    idempotency_key  text,
+    request_digest   text,
+    received_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX signals_by_run ON signals (run_id, name, position);
+CREATE UNIQUE INDEX signals_by_key ON signals (run_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;

@@ -236,3 +236,17 @@ CREATE TABLE workspace_settings (
 CREATE INDEX runs_finished ON runs (id) WHERE status IN ('succeeded', 'failed', 'cancelled');
 
 CREATE INDEX journal_events_by_blob ON journal_events (blob_digest) WHERE blob_digest IS NOT NULL;
+
+CREATE TABLE signals (
+    position         INTEGER PRIMARY KEY,
+    id               TEXT    NOT NULL UNIQUE,
+    run_id           TEXT    NOT NULL REFERENCES runs (id),
+    name             TEXT    NOT NULL,
+    payload          TEXT    NOT NULL,
+    idempotency_key  TEXT,
+    request_digest   TEXT,
+    received_at      REAL    NOT NULL
+);
+CREATE INDEX signals_by_run ON signals (run_id, name, position);
+CREATE UNIQUE INDEX signals_by_key ON signals (run_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
