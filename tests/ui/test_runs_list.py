@@ -135,7 +135,10 @@ def test_runs_list_filters_by_status_and_links_to_the_waterfall(
     assert tab.errors == []
 
     page.goto(f"{server.url}/ui/runs/run_nobody")
-    expect(page.locator("#page-message")).to_have_text("Not Found: run run_nobody not found")
+    expect(page.locator("#page-message")).to_contain_text(
+        "This run is gone (404: run run_nobody not found)."
+    )
+    expect(page.locator("#waterfall")).to_be_hidden()
 
 
 def test_the_page_shells_carry_no_data_and_are_not_in_the_api_schema(

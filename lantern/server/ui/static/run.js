@@ -23,6 +23,7 @@ const state = {
   definitionProblem: null,
   selected: null,
   finished: false,
+  gone: false, // the run answered 404: deleted, or never was
   live: new LiveTexts(), // model steps' text as it is generated (never journaled)
   me: null, // the key: its scopes decide which actions show
   decided: new Set(), // approvals decided from this page, until the journal says so
@@ -64,6 +65,22 @@ async function refresh() {
   state.finished = state.events.some((e) => TERMINAL.has(e.kind));
 }
 
+/** A 404: the run was deleted (retention, or DELETE /v1/runs/{id}) or never was. The page
+ * says so once and stops reading, instead of retrying as for a server away. */
+function isGone(err) {
+  return err instanceof ApiError && err.status === 404;
+}
+
+function sayGone(err) {
+  state.gone = true;
+  // Nothing of the run is left to show: only the way back, its id and the reason stay.
+  for (const part of page.children) {
+    if (!part.matches(".crumbs, h1, #page-message")) part.hidden = true;
+  }
+  pageMessage(`This run is gone (404: ${err.detail}). A finished run is deleted once past its ` +
+    "workspace's retention or by DELETE /v1/runs/{id}; an export taken before still verifies.");
+}
+
 let drawing = null; // a render is due: frames that arrive together are drawn once
 let reading = null; // a read of the run and its deliveries is due
 
@@ -72,7 +89,7 @@ function draw() {
 }
 
 function readRun() {
-  if (reading) return;
+  if (reading || state.gone) return;
   reading = setTimeout(async () => {
     try {
       [state.run, state.deliveries] = await Promise.all([
@@ -81,6 +98,10 @@ function readRun() {
       ]);
       pageMessage("");
     } catch (err) {
+      if (isGone(err)) {
+        sayGone(err);
+        return;
+      }
       pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
     }
     reading = null;
@@ -114,6 +135,11 @@ async function follow(askForKey) {
       askForKey(`The server stopped accepting this key: ${err.detail}.`);
       throw err; // ends the stream's loop
     }
+    if (isGone(err)) {
+      stop = true;
+      sayGone(err);
+      throw err;
+    }
     pageMessage(`Lost contact with the server (${err.detail || err}); trying again…`);
   }).catch((err) => { if (!stop) pageMessage(String(err)); });
   clearInterval(clock);
@@ -123,7 +149,13 @@ async function follow(askForKey) {
 
 withKey(async (get, askForKey) => {
   state.get = get;
-  await refresh(); // the first read: a refused key surfaces here
+  try {
+    await refresh(); // the first read: a refused key surfaces here
+  } catch (err) {
+    if (!isGone(err)) throw err;
+    sayGone(err);
+    return;
+  }
   state.me = await whoAmI(get);
   await readDefinition();
   render();

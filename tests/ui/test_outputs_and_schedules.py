@@ -1,0 +1,72 @@
+"""A large output read back in the run page, and a deleted run's page, in headless Chromium
+against one real `lantern serve` shared by the module."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.api.test_outputs import BIG, NOOP, finish
+from tests.conftest import sqlite_url
+from tests.server import Server
+from tests.ui.browser import Tab
+from tests.ui.test_waterfall import api, issue
+
+# The pages read the same REST API on either backend; the API tests cover both.
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    tmp = tmp_path_factory.mktemp("ui-outputs")
+    server = Server(sqlite_url(tmp), tmp / "serve.log").start()
+    key = issue(server.database_url)
+    yield server, key
+    server.stop()
+
+
+def test_a_large_output_shows_collapsed_with_its_size_and_a_deleted_run_says_it_is_gone(
+    served: tuple[Server, str], tab: Tab
+) -> None:
+    server, key = served
+    with api(server, key) as http:
+        assert http.put("/v1/agents/noop", json=NOOP).status_code == 200
+        run_id = finish(http, "noop", BIG)
+        events = http.get(f"/v1/runs/{run_id}/events").json()["items"]
+    stored = next(e["data"] for e in events if e["kind"] == "step_completed")
+    size = f"{stored['outputBytes']:,} bytes"
+    page = tab.page
+    page.goto(f"{server.url}/ui/runs/{run_id}#key={key}")
+    page.locator('.row[data-step="start"]').click()
+    expect(page.locator("#step-output-apart")).to_contain_text(
+        f"Stored apart from the event ({size}"
+    )
+    page.get_by_role("button", name="show").click()
+    block = page.locator("details#step-output-stored")
+    expect(block.locator("summary")).to_have_text(
+        f"Output ({size}, stored apart as {stored['outputRef']})"
+    )
+    expect(block).not_to_have_attribute("open", "")  # collapsed: 40 KiB is not poured out
+    expect(page.locator("#step-output")).to_be_hidden()
+    block.locator("summary").click()
+    expect(page.locator("#step-output")).to_contain_text('"x": 7')
+    shown = page.locator("#step-output").text_content() or ""
+    assert "é" * 20 * 1024 in shown
+    tab.screenshot("large-output-shown")
+    assert tab.errors == []
+
+    with api(server, key) as http:
+        assert http.delete(f"/v1/runs/{run_id}").status_code == 204
+    page.reload()
+    expect(page.locator("#page-message")).to_have_text(
+        re.compile(
+            rf"^This run is gone \(404: run {run_id} not found\)\. A finished run is deleted"
+        )
+    )
+    expect(page.locator("#key-prompt")).to_be_hidden()  # not the key's fault
+    expect(page.locator("#waterfall")).to_be_hidden()  # no empty run drawn
+    tab.screenshot("deleted-run")
+    # The browser logs the 404 answer itself; nothing else went wrong in the page.
+    assert [e for e in tab.errors if "404" not in e] == []
