@@ -1,5 +1,5 @@
-"""A large output read back in the run page, and a deleted run's page, in headless Chromium
-against one real `lantern serve` shared by the module."""
+"""A large output read back in the run page, a deleted run's page, and the schedules page, in
+headless Chromium against one real `lantern serve` shared by the module."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.ui.browser import Tab
 from tests.ui.test_waterfall import api, issue
 
 # The pages read the same REST API on either backend; the API tests cover both.
+TICK = {"name": "tick", "graph": {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}}
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +71,46 @@ def test_a_large_output_shows_collapsed_with_its_size_and_a_deleted_run_says_it_
     tab.screenshot("deleted-run")
     # The browser logs the 404 answer itself; nothing else went wrong in the page.
     assert [e for e in tab.errors if "404" not in e] == []
+
+
+def test_schedules_list_their_next_fire_paused_state_and_recent_runs(
+    served: tuple[Server, str], tab: Tab
+) -> None:
+    server, key = served
+    with api(server, key) as http:
+        assert http.put("/v1/agents/tick", json=TICK).status_code == 200
+        nightly = {"agentName": "tick", "cron": "0 6 * * *", "timezone": "Europe/Paris"}
+        assert http.put("/v1/schedules/nightly", json=nightly).status_code == 200
+        runs: list[str] = []
+        for _ in range(2):
+            fired = http.post("/v1/schedules/nightly/trigger").json()["id"]
+            assert (
+                http.get(f"/v1/runs/{fired}", params={"wait": 20}).json()["status"] == "succeeded"
+            )
+            runs.insert(0, fired)  # newest first
+        held = {"agentName": "tick", "every": "1h", "paused": True}
+        assert http.put("/v1/schedules/weekly-held", json=held).status_code == 200
+        next_fire = http.get("/v1/schedules/nightly").json()["nextFireAt"]
+    page = tab.page
+    page.goto(f"{server.url}/ui/schedules#key={key}")
+    rows = page.locator("#schedules-body tr")
+    expect(rows).to_have_count(2)
+    row = page.locator('tr[data-schedule="nightly"]')
+    expect(row).to_contain_text("0 6 * * * (Europe/Paris)")
+    local = page.evaluate("iso => new Date(iso).toLocaleString()", next_fire)
+    expect(row.locator(".next-fire")).to_have_text(local)
+    expect(row.locator(".status.active")).to_have_text("active")
+    recent = row.locator(".recent-runs li")
+    expect(recent).to_have_count(2)
+    assert [recent.nth(i).get_attribute("data-run") for i in range(2)] == runs
+    expect(recent.first.locator(".status")).to_have_text("succeeded")
+    paused = page.locator('tr[data-schedule="weekly-held"]')
+    expect(paused).to_contain_text("every 1h")
+    expect(paused.locator(".status.paused")).to_have_text("paused")
+    expect(paused.locator(".next-fire")).to_have_text("none while paused")
+    expect(paused).to_contain_text("none yet")
+    tab.screenshot("schedules")
+    assert tab.errors == []
+    page.get_by_role("link", name=runs[1]).click()
+    expect(page).to_have_url(f"{server.url}/ui/runs/{runs[1]}")
+    expect(page.locator("#run-status")).to_have_text("succeeded")

@@ -1,4 +1,4 @@
-"""/ui: the run waterfall and the runs list in the browser.
+"""/ui: the run waterfall, the runs list, approvals and schedules in the browser.
 
 The pages are shells: they carry no run data and need no key. Their script asks for an API key
 once, keeps it in the tab's sessionStorage and reads everything through the same REST API a
@@ -65,6 +65,11 @@ async def runs_page(
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 async def run_page(run_id: Annotated[str, Path(min_length=1, max_length=100)]) -> HTMLResponse:
     return _page("run.html", run_id=run_id)
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+async def schedules_page() -> HTMLResponse:
+    return _page("schedules.html")
 
 
 @router.get("/approvals", response_class=HTMLResponse)
