@@ -173,6 +173,29 @@ def test_pipeline_retries_a_flaky_service_and_survives_sigkill(
     assert contact["email"] == "grace@example.test" and contact["account"].startswith("acct_")
 
 
+@pytest.mark.parametrize("example", ["signals"], indirect=True)
+def test_signals_resume_the_graph_and_the_code_first_checkout(example: Example) -> None:
+    payment = shipped("signals/payment.json")
+    with example.client() as client:
+        client.apply_agent(shipped("signals/order.json"))
+        order = client.create_run("order", {"order": "A-17"})
+        # Sent before the code-first run waits for it: kept for its wait.
+        checkout = client.create_run("checkout", {"order": "A-18"})
+        client.signal(checkout.id, "payment", payment, idempotency_key="pi_3Nx")
+        wait_status(client, order.id, "waiting")
+        client.signal(order.id, "payment", payment, idempotency_key="pi_3Nx")
+        done = client.wait(order.id, timeout=60)
+        assert done.status == "succeeded", done.error
+        assert done.output == {"order": "A-17", "shipped": True, "paid": payment}
+        paid = client.wait(checkout.id, timeout=60)
+        assert paid.status == "succeeded", paid.error
+        assert paid.output == {
+            "order": "A-18",
+            "status": "shipped",
+            "shipment": {"order": "A-18", "shipped": True, "paid": payment},
+        }
+
+
 def test_the_examples_receiver_applies_each_key_once(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(

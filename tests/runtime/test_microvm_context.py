@@ -124,6 +124,31 @@ def test_waits_in_a_vm_are_journaled_as_in_process_and_resolved_by_the_control_p
     assert (vm["state"], vm["reason"]) == ("exited", "exited")
 
 
+def test_a_vm_waits_for_signals_sent_early_and_times_out_as_in_process(shared: Cluster) -> None:
+    """Both signals are sent while the VM boots: kept, then taken one per wait in arrival
+    order; ``never`` times out. The control plane journals it all, as for an in-process run."""
+    shared.agent("signals", "jobs:awaits_signals")
+    run_id = shared.start_run("signals", {})
+    sent = []
+    for n in (1, 2):
+        answer = shared.api("POST", f"/v1/runs/{run_id}/signals/pay", json={"payload": {"n": n}})
+        assert answer.status_code == 202, answer.text
+        sent.append(answer.json()["id"])
+    run = shared.finished(run_id)
+    assert run["status"] == "succeeded", run
+    assert run["output"] == {"paid": [{"n": 1}, {"n": 2}], "late": None}
+    events = shared.events(run_id)
+    taken = [(e["stepId"], e["data"]["signalId"]) for e in events if e["kind"] == "signal_received"]
+    assert taken == [("pay", sent[0]), ("pay#2", sent[1])]
+    found = [(e["kind"], e["stepId"]) for e in events if e["stepId"]]
+    assert [k for k, s in found if s == "never"] == [
+        "step_started", "step_waiting", "step_resumed", "step_completed",
+    ]  # fmt: skip
+    [timed_out] = [e for e in events if e["kind"] == "step_resumed" and e["stepId"] == "never"]
+    assert timed_out["data"]["timedOut"] is True
+    assert shared.api("POST", f"/v1/runs/{run_id}/signals/pay", json={}).status_code == 409
+
+
 FIRST = """
 import time
 

@@ -63,13 +63,9 @@ export interface Page<T> {
   nextCursor: string | null;
 }
 
-/** What `POST /v1/runs/{id}/signals/{name}` answers (CONTRACT §15). Written by hand: the
- * server's document does not have the signals API yet, so nothing checks this shape. */
-export interface SignalSent {
-  id: string;
-  name: string;
-  runId: string;
-}
+/** What `POST /v1/runs/{id}/signals/{name}` answers (docs/signals.md): the signal's id, its
+ * name and its run. */
+export type SignalSent = Answer<"/v1/runs/{run_id}/signals/{name}", "post", 202>;
 
 export const TERMINAL_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>([
   "succeeded",

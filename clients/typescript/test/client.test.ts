@@ -323,6 +323,39 @@ describe("decisions", () => {
   });
 });
 
+describe("signals", () => {
+  test("a signal sent early is kept for the run's wait; a retried key is one signal", async () => {
+    await client.applyAgent({
+      name: "paid",
+      graph: {
+        nodes: [
+          { id: "start", type: "trigger" },
+          { id: "ok", type: "approval", data: { prompt: "Go?" } },
+          { id: "pay", type: "signal", data: { name: "payment" } },
+        ],
+        edges: [
+          { source: "start", target: "ok" },
+          { source: "ok", target: "pay" },
+        ],
+      },
+    });
+    const run = await client.createRun("paid", {});
+    await parked(client, run.id); // at its approval: the signal comes before its wait
+    const idempotencyKey = randomUUID();
+    const sent = await client.signal(run.id, "payment", { usd: 5 }, { idempotencyKey });
+    assert.equal(sent.runId, run.id);
+    assert.equal(sent.name, "payment");
+    const again = await client.signal(run.id, "payment", { usd: 5 }, { idempotencyKey });
+    assert.equal(again.id, sent.id);
+    await client.approve(run.id, "ok");
+    const done = await client.wait(run.id, { timeoutMs: 30_000 });
+    assert.equal(done.status, "succeeded");
+    assert.deepEqual(done.output, { received: true, payload: { usd: 5 } });
+    const late = await client.signal(run.id, "payment", 1).catch((e: unknown) => e);
+    assert.ok(late instanceof ConflictError, String(late));
+  });
+});
+
 describe("the workspace and the server", () => {
   test("secrets are set, listed without their values and deleted; workers; a run's parts", async () => {
     const admin = new LanternClient({ baseUrl: server.url, apiKey: adminKey });

@@ -86,6 +86,14 @@ async def approves(ctx: Context) -> dict[str, Any]:
     return {"approved": verdict.approved, "by": verdict.by, "child": child}
 
 
+async def awaits_signals(ctx: Context) -> dict[str, Any]:
+    """Signals: the control plane journals each wait and gives it the signal it takes."""
+    first = await ctx.wait_for_signal("pay")
+    second = await ctx.wait_for_signal("pay")
+    late = await ctx.wait_for_signal("never", timeout_s=0.3)
+    return {"paid": [first, second], "late": late}
+
+
 async def naps(ctx: Context, seconds: float = 4.0) -> dict[str, Any]:
     """A durable timer: a VM lost mid-sleep is resumed and waits out the rest only."""
     await ctx.step("a", _stamp, "a")
