@@ -4,14 +4,16 @@
 The replica that holds the named lease ``retention`` runs the passes; the lease only spares
 the others the work (two replicas deleting the same run is harmless: each run goes whole in
 one transaction, and the second finds nothing). A pass deletes ``per_transaction`` runs per
-transaction, at most ``max_runs`` in all, and yields between transactions, so on SQLite, whose
-one writer a transaction holds, runs in flight wait at most one small transaction.
+transaction, at most ``max_runs`` in all, and after each transaction leaves the database to
+the runs in flight for a while (the store's ``retention_share``), so on SQLite, whose one
+writer a transaction holds, runs in flight wait at most one small transaction now and then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -58,14 +60,17 @@ async def retention_pass(
     """Delete the finished runs past retention, ``per_transaction`` at a time, up to
     ``max_runs``."""
     runs = rows = size = 0
+    rest = (1 - store.retention_share) / store.retention_share
     while runs < max_runs:
         ids = await store.expired_runs(default_s, min(per_transaction, max_runs - runs))
         if not ids:
             break
+        begun = time.perf_counter()
         deleted = await store.delete_runs(ids)
+        # The runs in flight commit between transactions, for as long as the backend asks.
+        await asyncio.sleep((time.perf_counter() - begun) * rest)
         storage.deleted(len(deleted.runs), deleted.rows, deleted.bytes)
         runs, rows, size = runs + len(ids), rows + deleted.rows, size + deleted.bytes
-        await asyncio.sleep(0)  # let the runs in flight commit between transactions
     storage.pass_done(rows, size)
     return PassResult(runs, rows, size, full=runs >= max_runs)
 

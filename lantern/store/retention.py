@@ -34,6 +34,11 @@ class StorageGauges:
 
 
 class RetentionStore(Protocol):
+    # The share of the database's writing a retention pass may take: after each deletion
+    # transaction the pass waits long enough to keep to it (1.0: no wait). A backend whose
+    # transactions wait on each other (SQLite's one writer) gives less.
+    retention_share: float
+
     async def blob(self, run_id: str, digest: str) -> bytes | None:
         """The stored bytes of ``digest`` when an event of ``run_id`` references it."""
 

@@ -70,6 +70,9 @@ def id_bound(seconds_ago: float) -> str:
 
 
 class Retention(PostgresConnection):
+    # Deletions touch only finished runs' rows, and writers do not wait on each other.
+    retention_share = 1.0
+
     async def blob(self, run_id: str, digest: str) -> bytes | None:
         row = await self._fetchone(
             "SELECT b.body FROM journal_events e JOIN blobs b ON b.digest = e.blob_digest"
