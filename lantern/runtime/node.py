@@ -31,9 +31,10 @@ import httpx
 from lantern.engine import events as ev
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
-from lantern.runtime.bytecode import precompile
+from lantern.runtime.bytecode import cache_dir, precompile
 from lantern.runtime.channel import Refused, serve
 from lantern.runtime.drivers import Driver, Vm, VmSpec
+from lantern.runtime.drivers.base import GUEST_APP, GUEST_SRC
 from lantern.runtime.relay import STEP_FIELDS, digest, new_token
 from lantern.runtime.warm import WarmPool
 from lantern.store.base import Store
@@ -95,8 +96,13 @@ class Node:
             log_bytes=log_bytes,
         )  # fmt: skip
         self.vms: dict[str, Running] = {}
+        self._bytecode = cache_dir(app_dir)
         self._tasks: set[asyncio.Task[None]] = set()
         self._http = httpx.AsyncClient(timeout=30)
+
+    def _precompile(self, *more: tuple[Path, str]) -> None:
+        """The app's bytecode (and ``more``'s) into the node's own cache, never into --app."""
+        precompile(self._bytecode, (self.app_dir, GUEST_APP), *more)
 
     async def serve(self, stopping: asyncio.Event) -> None:
         now = datetime.now(UTC)
@@ -110,7 +116,7 @@ class Node:
         # node thought lost before its first beat.
         beats = asyncio.create_task(self._heartbeats(stopping))
         try:
-            await asyncio.to_thread(precompile, WORKLOAD, self.app_dir)
+            await asyncio.to_thread(self._precompile, (WORKLOAD, f"{GUEST_SRC}/lantern/workload"))
             self.pool.fill()
             while not stopping.is_set():
                 try:
@@ -246,7 +252,7 @@ class Node:
                 log_bytes=self.log_bytes,
             )
             running.folder = spec.files()
-            await asyncio.to_thread(precompile, self.app_dir)  # the app changed since, say
+            await asyncio.to_thread(self._precompile)  # the app changed since, say
             running.handle = handle = await self.driver.start(spec)
         up = {"kind": ev.VM_STARTED, **({"warm": True} if warm is not None else {})}
         if not await self._send(running, [up]):

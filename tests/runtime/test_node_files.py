@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from lantern.runtime.bytecode import cache_dir
 from lantern.runtime.drivers import Driver
 from tests.runtime.cluster import Cluster
-from tests.runtime.vms import run_workload
+from tests.runtime.vms import APPS, run_workload
 from tests.server import LANTERN, ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -83,3 +85,24 @@ def test_a_vm_folder_goes_when_its_vm_ends_well(cluster: Cluster) -> None:
         )
 
     cluster.wait_for(cleared, 15)
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in folder.rglob("*")
+    }
+
+
+def test_a_node_writes_nothing_into_its_app_folder(cluster: Cluster, tmp_path: Path) -> None:
+    """Its VMs' bytecode goes to a cache of the node's own (PYTHONPYCACHEPREFIX), not into
+    the user's --app folder as __pycache__."""
+    app = tmp_path / "app"
+    shutil.copytree(APPS, app, ignore=shutil.ignore_patterns("__pycache__"))
+    before = _tree(app)
+    cluster.node("n1", app_dir=app)
+    cluster.agent("job", "jobs:three")
+    assert cluster.finished(cluster.start_run("job", {}))["status"] == "succeeded"
+    assert _tree(app) == before
+    cache = cache_dir(app)
+    assert cache is not None and list(cache.glob("app/jobs.*.pyc")), cache

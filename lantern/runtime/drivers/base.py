@@ -8,7 +8,8 @@ host's whole root (credentials live under ``/root``):
 - the host's ``/usr`` (with ``/bin``, ``/lib``, ``/lib64``, ``/sbin`` as on the host), the
   Python installation at its own path, the ``lantern`` package under ``/opt/lantern/src`` and the
   virtualenv's packages at ``/opt/lantern/site`` (so an app that imports ``lantern`` works);
-- the node's app directory at ``/app``;
+- the node's app directory at ``/app``, and the node's bytecode of it and of
+  ``lantern.workload`` at ``/opt/lantern/pycache`` (``PYTHONPYCACHEPREFIX``; runtime/bytecode.py);
 - a private ``/tmp``, its own ``/proc``, a minimal ``/dev``; no network; an environment of
   the harness's own variables only.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import lantern
+from lantern.runtime.bytecode import GUEST_CACHE, cache_dir
 
 GUEST_APP = "/app"
 GUEST_SRC = "/opt/lantern/src"
@@ -108,6 +110,9 @@ def shares(app_dir: Path) -> list[Share]:
     if site is not None:
         found.append(Share(site, GUEST_SITE))
     found.append(Share(str(app_dir.resolve()), GUEST_APP))
+    cache = cache_dir(app_dir)
+    if cache is not None:  # the node's bytecode of the app and lantern.workload (bytecode.py)
+        found.append(Share(str(cache), GUEST_CACHE))
     return found
 
 
@@ -129,6 +134,7 @@ def guest_env(spec: VmSpec, channel: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONPATH": guest_path(),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPYCACHEPREFIX": GUEST_CACHE,
         "PYTHONUNBUFFERED": "1",
         "LANTERN_CHANNEL": channel,
         "LANTERN_APP_DIR": GUEST_APP,
