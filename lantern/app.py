@@ -16,12 +16,13 @@ import re
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 from lantern import threads
 from lantern.context import Context as Context
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
+from lantern.workload.entrypoints import entrypoint
 from lantern.workload.replies import Approval as Approval
 from lantern.workload.replies import ModelReply as ModelReply
 from lantern.workload.replies import key_for
@@ -77,6 +78,11 @@ class CodeAgent:
     # ``budget`` (checked before each ``ctx.model`` call). Not in the hash: agents are cache
     # keys, and the version already tells two registrations apart.
     budget: Mapping[str, Any] | None = field(default=None, compare=False)
+    # The workspaces whose runs may run it (None: every one). Elsewhere it does not exist.
+    workspaces: frozenset[str] | None = field(default=None, compare=False)
+
+    def serves(self, workspace: str) -> bool:
+        return self.workspaces is None or workspace in self.workspaces
 
     def definition(self) -> dict[str, Any]:
         """What the agents table stores for it, so runs pin it and every replica lists it."""
@@ -124,7 +130,9 @@ def _budget(name: str, budget: Any) -> dict[str, Any] | None:
     return dict(budget)
 
 
-def _code_agent(name: Any, fn: Any, version: Any, budget: Any = None) -> CodeAgent:
+def _code_agent(
+    name: Any, fn: Any, version: Any, budget: Any = None, workspaces: Any = None
+) -> CodeAgent:
     if not isinstance(name, str) or not AGENT_NAME.match(name):
         raise UsageError(
             f"@app.agent: the name must be a string of 1-100 letters, digits, '.', '_' or '-',"
@@ -158,7 +166,16 @@ def _code_agent(name: Any, fn: Any, version: Any, budget: Any = None) -> CodeAge
         module=getattr(fn, "__module__", None) or "__main__",
         blocking=not inspect.iscoroutinefunction(fn),
         budget=_budget(name, budget),
+        workspaces=_workspaces(name, workspaces),
     )
+
+
+def _workspaces(name: str, workspaces: Any) -> frozenset[str] | None:
+    if workspaces is None:
+        return None
+    if isinstance(workspaces, str):
+        raise UsageError(f"{name!r}: workspaces is a list of workspace names, not a string")
+    return frozenset(workspaces)
 
 
 @dataclass(frozen=True)
@@ -225,11 +242,9 @@ class App:
         return server
 
     def _restrict(self, name: str, workspaces: Iterable[str] | None) -> None:
-        if workspaces is None:
-            return
-        if isinstance(workspaces, str):
-            raise UsageError(f"{name!r}: workspaces is a list of workspace names, not a string")
-        self.only_in[name] = frozenset(workspaces)
+        only = _workspaces(name, workspaces)
+        if only is not None:
+            self.only_in[name] = only
 
     def tools_for(self, workspace: str) -> Toolbox:
         """The tools runs of ``workspace`` see: every lookup of a tool by name goes through
@@ -255,20 +270,24 @@ class App:
         *,
         version: str | None = None,
         budget: Mapping[str, Any] | None = None,
+        workspaces: Iterable[str] | None = None,
     ) -> Callable[[F], F]:
         """Register ``fn(ctx, **input)`` (``async def`` or plain ``def``) as the code-first
         agent ``name`` (default: the function's name), at ``version`` (default: a digest of
         its source), each run's model calls held to ``budget`` (``{"maxUsd": ...,
-        "maxTokens": ...}``, as a definition's). ``@app.agent`` without parentheses works
-        too."""
-        if callable(name) and not isinstance(name, str) and version is None and budget is None:
+        "maxTokens": ...}``, as a definition's). With ``workspaces``, only those workspaces
+        see it, run it or schedule it; for the others it does not exist. It may also be a
+        microVM agent's entrypoint (docs/runtime.md). ``@app.agent`` without parentheses
+        works too."""
+        bare = version is None and budget is None and workspaces is None
+        if callable(name) and not isinstance(name, str) and bare:
             fn = name
             self._add_agent(_code_agent(getattr(fn, "__name__", None), fn, None))
             return fn  # type: ignore[no-any-return]
 
         def register(fn: F) -> F:
             given = getattr(fn, "__name__", None) if name is None else name
-            self._add_agent(_code_agent(given, fn, version, budget))
+            self._add_agent(_code_agent(given, fn, version, budget, workspaces))
             return fn
 
         return register
@@ -277,6 +296,27 @@ class App:
         if agent.name in self.agents:
             raise UsageError(f"agent {agent.name!r} is registered twice")
         self.agents[agent.name] = agent
+        entrypoint(agent.fn, workspaces=agent.workspaces)
+
+    @overload
+    def entrypoint(self, fn: F, *, workspaces: Iterable[str] | None = None) -> F: ...
+    @overload
+    def entrypoint(
+        self, fn: None = None, *, workspaces: Iterable[str] | None = None
+    ) -> Callable[[F], F]: ...
+    def entrypoint(self, fn: F | None = None, *, workspaces: Iterable[str] | None = None) -> Any:
+        """Register ``fn(ctx, **input)`` as a microVM agent's entrypoint (a VM runs nothing
+        its app did not register: docs/runtime.md); with ``workspaces``, only runs of those
+        workspaces may run it. ``@app.entrypoint``, ``@app.entrypoint(workspaces=[...])`` or
+        ``app.entrypoint(fn)``."""
+        only = _workspaces(getattr(fn, "__name__", "entrypoint"), workspaces)
+        return entrypoint(fn, workspaces=only)
+
+    def agent_for(self, workspace: str, name: str) -> CodeAgent | None:
+        """The code-first agent ``name`` as ``workspace`` sees it: None where it is not
+        registered, or registered for other workspaces only."""
+        found = self.agents.get(name)
+        return found if found is not None and found.serves(workspace) else None
 
     def tool(
         self, name: str | None = None, *, workspaces: Iterable[str] | None = None

@@ -61,6 +61,8 @@ E_BUDGET: Final = "budget_exceeded"  # carried by lantern.errors.BudgetExceeded.
 E_MICROVM_EXHAUSTED: Final = "microvm_resume_exhausted"  # a microVM run lost its third VM
 E_WORKLOAD_FAILED: Final = "workload_failed"  # a microVM workload raised
 E_ENTRYPOINT_IMPORT: Final = "entrypoint_import"  # its entrypoint did not import
+# ... or imported but is not what the app registers (for the run's workspace)
+E_ENTRYPOINT_NOT_REGISTERED: Final = "entrypoint_not_registered"
 E_TIMEOUT: Final = "timeout"  # it ran past its timeoutS
 E_INTERNAL: Final = "internal_error"  # its drive died of an error no step could own
 

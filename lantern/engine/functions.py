@@ -60,7 +60,8 @@ class FunctionDrive(Drive):
 
     def __init__(self, host: DriveHost, run: Run, spec: CodeSpec) -> None:
         # A function has no graph to pause at: a "pause" policy is recorded, not applied.
-        agent: CodeAgent | None = host.app.agents.get(run.agent_name)
+        # None for a workspace it does not serve: such a run fails as one of an unknown agent.
+        agent: CodeAgent | None = host.app.agent_for(run.workspace, run.agent_name)
         budget = None if agent is None else agent.budget  # the pinned version's
         super().__init__(host, run, anomalies=settings({}), can_pause=False, budget=budget)
         self.spec = spec

@@ -8,6 +8,7 @@ part, so the engine can tell a microVM agent apart without importing the tier.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,13 @@ def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) ->
     if not isinstance(entrypoint, str) or not _ENTRYPOINT.match(entrypoint):
         problems.append("runtime.entrypoint must be MODULE:FUNCTION, such as 'jobs:scrape'")
         entrypoint = ""
+    elif _not_an_app(entrypoint):
+        # The VM runs only what the app registers, which only the VM can see (the app folder
+        # is a runtime node's); a module of Python's or Lantern's own is never the app's.
+        problems.append(
+            f"runtime.entrypoint {entrypoint!r} is in Python's or Lantern's own modules: an"
+            " entrypoint is a function the app registers (@app.agent or app.entrypoint(fn))"
+        )
     driver = block.get("driver", "auto")
     if driver not in DRIVER_NAMES:
         problems.append(
@@ -83,3 +91,8 @@ def parse_microvm(name: str, definition: dict[str, Any], problems: list[str]) ->
         budget=definition.get("budget"),
         anomalies=anomalies.settings(definition),
     )
+
+
+def _not_an_app(entrypoint: str) -> bool:
+    top = entrypoint.partition(":")[0].partition(".")[0]
+    return top in sys.stdlib_module_names or top == "lantern"

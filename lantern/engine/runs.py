@@ -123,7 +123,7 @@ async def create_run(
     problem = value_problem([agent_name, input])
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
-    code = None if app is None else app.agents.get(agent_name)
+    code = None if app is None else app.agent_for(workspace, agent_name)
     if code is not None:
         code_input.arguments(code, input)
         await code_agents.ensure_stored(store, workspace, code)

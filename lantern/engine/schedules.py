@@ -63,7 +63,7 @@ async def apply_schedule(
     check_name(name)
     now = datetime.now(UTC)
     spec = parse_spec(body, now)
-    code = app is not None and spec.agent_name in app.agents
+    code = app is not None and app.agent_for(workspace, spec.agent_name) is not None
     if not code and await store.get_agent(workspace, spec.agent_name) is None:
         raise NotFound(f"agent {spec.agent_name!r} not found")
     old = await store.get_schedule(workspace, name)

@@ -264,6 +264,7 @@ class Node:
             if op == "hello":
                 return {
                     "runId": row.run_id,
+                    "workspace": run.workspace,  # an entrypoint may serve some only
                     "entrypoint": agent.entrypoint,
                     "input": run.input,
                     "env": env,

@@ -9,6 +9,7 @@ reader of ``LANTERN_RESUME`` is :func:`lantern.workload.harness.run`; a workload
 from __future__ import annotations
 
 from lantern.workload.context import CallRefused, Context, StepFailed, Unsupported, resumed
+from lantern.workload.entrypoints import entrypoint
 from lantern.workload.replies import Approval, ModelReply
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "ModelReply",
     "StepFailed",
     "Unsupported",
+    "entrypoint",
     "resumed",
 ]

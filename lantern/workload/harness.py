@@ -22,14 +22,20 @@ from typing import Any
 
 from lantern.workload.channel import Channel, ChannelError
 from lantern.workload.context import BlockingContext, Context, StepFailed, _set_resumed
+from lantern.workload.entrypoints import allowed
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the workload raised: the run failed
 EXIT_LOST = 3  # the channel went away: the node decides what that means
 
 
-def load(entrypoint: str) -> Callable[..., Any]:
-    """The function ``MODULE:FUNCTION`` names (a code-first agent's decorator may wrap it)."""
+class NotRegistered(Exception):
+    """The entrypoint imported, but the app did not register it (for this workspace)."""
+
+
+def load(entrypoint: str, workspace: str | None = None) -> Callable[..., Any]:
+    """The function ``MODULE:FUNCTION`` names (a code-first agent's decorator may wrap it),
+    if the app registered it for ``workspace`` (lantern.workload.entrypoints)."""
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr:
         raise ImportError(f"entrypoint {entrypoint!r} is not MODULE:FUNCTION")
@@ -42,6 +48,11 @@ def load(entrypoint: str) -> Callable[..., Any]:
     fn = obj if inspect.isfunction(obj) else getattr(obj, "fn", obj)
     if not callable(fn):
         raise ImportError(f"entrypoint {entrypoint!r} is not callable")
+    if not (allowed(obj, workspace) or allowed(fn, workspace)):
+        raise NotRegistered(
+            f"entrypoint {entrypoint!r} is not a function the app registers for this workspace:"
+            " register it with @app.agent or app.entrypoint(fn)"
+        )
     return fn
 
 
@@ -62,7 +73,16 @@ def run(channel: Channel) -> int:
             completed[step["stepId"]] = step["output"]
         order = list(journal.get("order") or ())
     try:
-        fn = load(hello["entrypoint"])
+        fn = load(hello["entrypoint"], hello.get("workspace"))
+    except NotRegistered as exc:
+        error = {
+            "code": "entrypoint_not_registered",
+            "message": str(exc),
+            "class": "tool",
+            "retryable": False,
+        }
+        channel.ask("failed", error=error)
+        return EXIT_FAILED
     except Exception as exc:  # ImportError, SyntaxError, or what the module raised
         error = {
             "code": "entrypoint_import",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lantern.workload.entrypoints import entrypoint
+
 
 def _cap_eff() -> str:
     try:
@@ -18,6 +20,7 @@ def _cap_eff() -> str:
     return ""
 
 
+@entrypoint
 async def ping(ctx: Any) -> dict[str, Any]:
     uname = os.uname()
     return {

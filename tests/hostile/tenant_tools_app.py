@@ -1,4 +1,5 @@
-"""An app whose tools are not all for every tenant: `ledger` serves the workspace acme only."""
+"""An app whose tools and agents are not all for every tenant: the tool `ledger` and the
+code-first agent `acme-books` serve the workspace acme only."""
 
 from __future__ import annotations
 
@@ -22,3 +23,8 @@ def whoami(ctx: lantern.ToolContext) -> str:
 @app.agent("books")
 async def books(ctx: lantern.Context, account: str) -> Any:
     return await ctx.tool("ledger", account=account)
+
+
+@app.agent("acme-books", workspaces=["acme"])
+async def acme_books(ctx: lantern.Context) -> str:
+    return "acme's own"

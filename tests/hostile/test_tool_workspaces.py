@@ -1,6 +1,7 @@
-"""A tool registered for some workspaces is not there for the others: their agents cannot name
-it, their runs cannot call it, and nothing tells them it exists. Every tool learns the run's
-workspace from its ToolContext (a real `lantern serve` with the app loaded)."""
+"""A tool (or a code-first agent) registered for some workspaces is not there for the others:
+their agents cannot name it, their runs cannot call it, and nothing tells them it exists.
+Every tool learns the run's workspace from its ToolContext (a real `lantern serve` with the
+app loaded)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,21 @@ def test_every_lookup_of_another_workspaces_tool_finds_nothing() -> None:
     assert asyncio.run(theirs.find("ledger")) is None
     assert asyncio.run(theirs.find("notes.add")) is None  # not even started
     assert asyncio.run(theirs.resolve(["ledger", "notes.*", "notes.add"])) == []
+
+
+def test_a_code_agent_for_some_workspaces_is_not_there_for_the_rest(
+    tenants: tuple[Tenant, Tenant],
+) -> None:
+    """As a tool: another workspace cannot run it, schedule it, read it or see it listed.
+    (A microVM agent's entrypoint is refused in its VM: tests/runtime/test_microvm_runs.py.)"""
+    acme, globex = tenants
+    assert acme.finished(acme.start("acme-books"))["output"] == "acme's own"
+    refused = globex.http.post("/v1/runs", json={"agentName": "acme-books", "input": {}})
+    assert refused.status_code == 404, refused.text
+    assert "acme" not in refused.json()["detail"].replace("acme-books", "")
+    schedule = {"agentName": "acme-books", "every": "1h"}
+    assert globex.http.put("/v1/schedules/nightly", json=schedule).status_code == 404
+    assert globex.http.get("/v1/agents/acme-books").status_code == 404
+    listed = globex.http.get("/v1/agents").json()["items"]
+    assert "acme-books" not in [a["name"] for a in listed]
+    assert "acme-books" in [a["name"] for a in acme.http.get("/v1/agents").json()["items"]]

@@ -152,7 +152,10 @@ def test_a_vm_waits_for_signals_sent_early_and_times_out_as_in_process(shared: C
 FIRST = """
 import time
 
+from lantern.workload import entrypoint
 
+
+@entrypoint
 async def main(ctx):
     await ctx.step("a", lambda: "A")
     await ctx.step("hold", time.sleep, 120)
@@ -160,6 +163,10 @@ async def main(ctx):
 """
 
 CHANGED = """
+from lantern.workload import entrypoint
+
+
+@entrypoint
 async def main(ctx):
     await ctx.step("b", lambda: "B")
     await ctx.step("a", lambda: "A")

@@ -6,13 +6,14 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.conftest import sqlite_url
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
-from tests.server import LANTERN
+from tests.server import LANTERN, make_key
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -218,3 +219,31 @@ def test_the_cluster_state_answers_only_to_an_operator_key(shared: Cluster) -> N
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert refused.returncode == 2 and "--operator" in refused.stderr, refused.stderr
+
+
+def test_a_vm_runs_only_what_its_app_registers_for_the_run_s_workspace(shared: Cluster) -> None:
+    """An entrypoint is a function the app registers (@app.agent or app.entrypoint), for the
+    workspaces it names: not any importable callable a definition names. Python's and
+    Lantern's own modules are refused at apply; the rest only the VM can tell (the app folder
+    is the runtime node's), so the run fails there, before anything runs."""
+    block = {"tier": "microvm", "entrypoint": "os:system", "driver": "sandbox"}
+    answer = shared.api("PUT", "/v1/agents/sh", json={"name": "sh", "runtime": block})
+    assert answer.status_code == 422, answer.text
+    assert "a function the app registers" in answer.json()["detail"]
+    for agent, entrypoint in (("stray", "jobs:not_registered"), ("acme-only", "jobs:acme_only")):
+        shared.agent(agent, entrypoint)
+        run = shared.finished(shared.start_run(agent, {}))
+        assert run["status"] == "failed", run
+        assert run["error"]["code"] == "entrypoint_not_registered", run
+        assert "@app.agent or app.entrypoint(fn)" in run["error"]["message"], run
+    acme = make_key(shared.database_url, "acme", "runs:execute,runs:read,agents:write")
+    block = {"tier": "microvm", "entrypoint": "jobs:acme_only", "driver": "sandbox"}
+    shared.ok("PUT", "/v1/agents/acme-only", key=acme, json={"name": "acme-only", "runtime": block})
+    started = shared.ok("POST", "/v1/runs", key=acme, json={"agentName": "acme-only", "input": {}})
+
+    def done() -> Any:
+        run = shared.ok("GET", f"/v1/runs/{started['id']}", key=acme)
+        return run if run["status"] in ("succeeded", "failed") else None
+
+    run = shared.wait_for(done, 90, 0.2)
+    assert (run["status"], run["output"]) == ("succeeded", "acme"), run.get("error")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lantern.workload import resumed
+from lantern.workload import entrypoint, resumed
 
 
 def _fetch(n: int) -> dict[str, Any]:
@@ -17,6 +17,7 @@ def _count(pages: list[str], hold: float) -> dict[str, int]:
     return {"words": 120 * len(pages)}
 
 
+@entrypoint
 async def count_words(ctx: Any, pages: int = 3) -> dict[str, Any]:
     fetched = await ctx.step("fetch", _fetch, pages)
     counted = await ctx.step("count", _count, fetched["pages"], 0.2 if resumed() else 60)

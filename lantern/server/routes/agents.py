@@ -30,7 +30,7 @@ async def put(
     if given != name:
         raise DefinitionError([f"the definition is named {given!r} but was sent to {name!r}"])
     s = services(request)
-    if name in s.worker.app.agents:
+    if s.worker.app.agent_for(key.workspace, name) is not None:
         raise Conflict(f"agent {name!r} is a code-first agent of this server's app")
     runtime, most = definition.get("runtime"), s.settings.vm_max_timeout
     timeout = runtime.get("timeoutS") if isinstance(runtime, dict) else None
@@ -57,8 +57,9 @@ async def list_agents(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
     s = services(request)
-    for code in s.worker.app.agents.values():  # listed like any agent, in every workspace
-        await ensure_stored(s.store, key.workspace, code)
+    for code in s.worker.app.agents.values():  # listed like any agent, where it serves
+        if code.serves(key.workspace):
+            await ensure_stored(s.store, key.workspace, code)
     agents = await s.store.list_agents(key.workspace, limit=limit + 1, after=decode_cursor(cursor))
     more = len(agents) > limit
     agents = agents[:limit]
@@ -76,7 +77,7 @@ async def get(
     version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> dict[str, Any]:
     s = services(request)
-    code = s.worker.app.agents.get(name)
+    code = s.worker.app.agent_for(key.workspace, name)
     if code is not None:
         await ensure_stored(s.store, key.workspace, code)
     agent = await s.store.get_agent(key.workspace, name, version)

@@ -10,7 +10,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # for the type checker only: at run time the workload imports no Lantern
+# At run time the workload imports nothing of Lantern but the registration of its entrypoint
+# (standard library only): a VM runs nothing its app does not register.
+from lantern.workload.entrypoints import entrypoint
+
+if TYPE_CHECKING:  # for the type checker only
     from lantern.workload import Context
 
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
@@ -54,6 +58,7 @@ def _unshare_user() -> str:
     return "unshared"
 
 
+@entrypoint
 async def attack(ctx: Context, targets: dict[str, str], name: str) -> dict[str, Any]:
     """``targets``: a share's mount point in the guest -> a directory inside it to write to."""
     return {
@@ -70,6 +75,7 @@ async def attack(ctx: Context, targets: dict[str, str], name: str) -> dict[str, 
     }
 
 
+@entrypoint
 async def noisy(ctx: Context, megabytes: int, last: str) -> str:
     """Floods its console (stderr), then writes ``last``: what a capped log must keep."""
     import sys

@@ -9,7 +9,11 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # for the type checker only: at run time the workload imports no Lantern
+# At run time the workload imports nothing of Lantern but the registration of its entrypoint
+# (standard library only): a VM runs nothing its app does not register.
+from lantern.workload.entrypoints import entrypoint
+
+if TYPE_CHECKING:  # for the type checker only
     from lantern.workload import Context
 
 
@@ -49,6 +53,7 @@ def _processes(marker: str) -> list[str]:
     return found
 
 
+@entrypoint
 async def escape(
     ctx: Context,
     host_files: list[str],

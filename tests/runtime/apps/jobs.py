@@ -1,11 +1,12 @@
-"""Workloads of the end-to-end tests: plain ``async def f(ctx, **input)`` entrypoints."""
+"""Workloads of the end-to-end tests: plain ``async def f(ctx, **input)`` entrypoints, each
+registered (a VM runs nothing its app does not register)."""
 
 import os
 import signal
 import time
 from typing import Any
 
-from lantern.workload import Context, resumed
+from lantern.workload import Context, entrypoint, resumed
 from lantern.workload.context import BlockingContext
 
 
@@ -18,6 +19,7 @@ def _wait(seconds: float) -> dict[str, Any]:
     return {"slept": seconds}
 
 
+@entrypoint
 async def three(ctx: Context, hold: float = 0.0) -> dict[str, Any]:
     """a, then b (held ``hold`` seconds unless resumed), then c."""
     a = await ctx.step("a", _stamp, "a")
@@ -26,6 +28,7 @@ async def three(ctx: Context, hold: float = 0.0) -> dict[str, Any]:
     return {"a": a, "b": b, "c": c, "resumed": resumed()}
 
 
+@entrypoint
 async def crash(ctx: Context) -> str:
     """Its VM dies mid-step every time: a lost VM, not a workload's own end."""
     await ctx.step("a", _stamp, "a")
@@ -33,15 +36,18 @@ async def crash(ctx: Context) -> str:
     return "unreachable"
 
 
+@entrypoint
 async def fails(ctx: Context) -> None:
     await ctx.step("a", _stamp, "a")
     raise ValueError("the workload gave up")
 
 
+@entrypoint
 def forever(ctx: BlockingContext) -> None:
     time.sleep(3600)
 
 
+@entrypoint
 async def writes_app(ctx: Context) -> dict[str, Any]:
     def write() -> None:
         with open("/app/out.txt", "w") as f:
@@ -54,12 +60,14 @@ async def writes_app(ctx: Context) -> dict[str, Any]:
     return {"denied": None}
 
 
+@entrypoint
 def plain(ctx: BlockingContext, n: int = 2) -> dict[str, Any]:
     """A plain def: its ctx blocks and returns values."""
     doubled = ctx.step("double", lambda: n * 2)
     return {"doubled": doubled, "run": ctx.run_id}
 
 
+@entrypoint
 async def asks(ctx: Context, topic: str = "otters") -> dict[str, Any]:
     """ctx.model and ctx.tool from inside the VM: the control plane performs both."""
     reply = await ctx.model("gpt-4o-mini", prompt=f"Write a line about {topic}", name="line")
@@ -73,11 +81,13 @@ async def asks(ctx: Context, topic: str = "otters") -> dict[str, Any]:
     }
 
 
+@entrypoint
 def asks_plain(ctx: BlockingContext) -> dict[str, Any]:
     """The same from a plain def: its ctx blocks and returns the reply."""
     return {"text": ctx.model("gpt-4o-mini", prompt="Hi").text}
 
 
+@entrypoint
 async def approves(ctx: Context) -> dict[str, Any]:
     """Waits: a timer, a decision, a child run; the journal has them as in-process."""
     await ctx.sleep("cool-down", seconds=0.2)
@@ -86,6 +96,7 @@ async def approves(ctx: Context) -> dict[str, Any]:
     return {"approved": verdict.approved, "by": verdict.by, "child": child}
 
 
+@entrypoint
 async def awaits_signals(ctx: Context) -> dict[str, Any]:
     """Signals: the control plane journals each wait and gives it the signal it takes."""
     first = await ctx.wait_for_signal("pay")
@@ -94,6 +105,7 @@ async def awaits_signals(ctx: Context) -> dict[str, Any]:
     return {"paid": [first, second], "late": late}
 
 
+@entrypoint
 async def naps(ctx: Context, seconds: float = 4.0) -> dict[str, Any]:
     """A durable timer: a VM lost mid-sleep is resumed and waits out the rest only."""
     await ctx.step("a", _stamp, "a")
@@ -101,6 +113,7 @@ async def naps(ctx: Context, seconds: float = 4.0) -> dict[str, Any]:
     return {"woke": time.time(), "resumed": resumed()}
 
 
+@entrypoint
 async def looks_around(ctx: Context) -> Any:
     """What the VM holds when its run begins: its /tmp, its LANTERN_* variables."""
 
@@ -114,11 +127,13 @@ async def looks_around(ctx: Context) -> Any:
     return await ctx.step("look", look)
 
 
+@entrypoint
 async def asks_wrong(ctx: Context) -> Any:
     """A ctx.tool the control plane's App does not have: refused before anything is journaled."""
     return await ctx.tool("no-such-tool")
 
 
+@entrypoint
 async def calls_itself(ctx: Context, pause: float = 0.0) -> Any:
     """A VM agent that starts itself as a sub-agent: a chain the depth limit must stop."""
     if pause:
@@ -126,11 +141,13 @@ async def calls_itself(ctx: Context, pause: float = 0.0) -> Any:
     return await ctx.run_agent("vm-chain", {"pause": pause})
 
 
+@entrypoint
 async def holds(ctx: Context) -> None:
     """A step that runs far longer than any test: only a cancel or a kill ends it."""
     await ctx.step("hold", _wait, 600)
 
 
+@entrypoint
 async def spends(ctx: Context) -> Any:
     """Two model calls: under maxTokens 10 the budget stops them, as a graph agent's."""
     first = await ctx.model("gpt-4o-mini", prompt="Hi", name="first")
@@ -138,6 +155,7 @@ async def spends(ctx: Context) -> Any:
     return {"first": first.text, "second": second.text}
 
 
+@entrypoint
 async def flaky_then_holds(ctx: Context, hold: float = 120.0) -> dict[str, Any]:
     """A step failing twice then succeeding (its retries decided by the control plane), then
     one held until the VM is lost (short once resumed)."""
@@ -152,6 +170,7 @@ async def flaky_then_holds(ctx: Context, hold: float = 120.0) -> dict[str, Any]:
     return {"flaky": got, "resumed": resumed()}
 
 
+@entrypoint
 async def forges(ctx: Context) -> dict[str, Any]:
     """A hostile workload: it writes to its channel what only the control plane may journal
     (an approval's outcome), then asks for the approval."""
@@ -173,6 +192,7 @@ async def forges(ctx: Context) -> dict[str, Any]:
     return {"refused": refused, "approved": verdict.approved, "by": verdict.by}
 
 
+@entrypoint
 async def flaky_parity(ctx: Context) -> Any:
     """tests/crash/test_drive_parity.py's work in a VM: a step failing twice then succeeding,
     then one in flight when the runtime node is killed (short once resumed)."""
@@ -185,3 +205,14 @@ async def flaky_parity(ctx: Context) -> Any:
     got = await ctx.step("flaky", flaky, retry={"maxAttempts": 3, "backoffMs": 100})
     await ctx.step("after", _wait, 0.05 if resumed() else 120)
     return got
+
+
+def not_registered(ctx: BlockingContext) -> str:
+    """Importable, but not an entrypoint: a VM refuses to run it."""
+    return "ran"
+
+
+@entrypoint(workspaces=["acme"])
+async def acme_only(ctx: Context) -> str:
+    """An entrypoint of one workspace only."""
+    return "acme"
