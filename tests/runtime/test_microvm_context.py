@@ -16,6 +16,7 @@ from tests.fake_llm import FakeProvider, Script
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 from tests.runtime.test_microvm_runs import kinds
+from tests.server import make_key
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -105,6 +106,10 @@ def test_waits_in_a_vm_are_journaled_as_in_process_and_resolved_by_the_control_p
 
     shared.wait_for(pending, 60)
     assert shared.ok("GET", f"/v1/runs/{run_id}")["status"] == "running"  # the VM waits
+    bob = make_key(shared.database_url, "default", "runs:approve", "bob")  # not an assignee
+    decision = {"decision": "approve"}
+    refused = shared.api("POST", f"/v1/runs/{run_id}/approvals/publish", key=bob, json=decision)
+    assert refused.status_code == 403 and "assignees" in refused.json()["detail"], refused.text
     decided = shared.api(
         "POST", f"/v1/runs/{run_id}/approvals/publish", json={"decision": "approve"}
     )

@@ -91,7 +91,7 @@ def asks_plain(ctx: BlockingContext) -> dict[str, Any]:
 async def approves(ctx: Context) -> dict[str, Any]:
     """Waits: a timer, a decision, a child run; the journal has them as in-process."""
     await ctx.sleep("cool-down", seconds=0.2)
-    verdict = await ctx.approval("publish", prompt="Publish?")
+    verdict = await ctx.approval("publish", prompt="Publish?", assignees=["alice"])
     child = await ctx.run_agent("noop", {"x": 5})
     return {"approved": verdict.approved, "by": verdict.by, "child": child}
 
