@@ -36,6 +36,7 @@ class RuntimeNodeProcess:
     env: dict[str, str] = field(default_factory=dict)
     warm: int | None = None  # --warm: None leaves the driver's default
     args: tuple[str, ...] = ()  # more of lantern node's options
+    cwd: Path = ROOT  # where it is started (a user's project folder, say)
 
     def start(self) -> RuntimeNodeProcess:
         env = {
@@ -53,7 +54,7 @@ class RuntimeNodeProcess:
             *([] if self.warm is None else ["--warm", str(self.warm)]), *self.args,
         ]  # fmt: skip
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
+            self.proc = subprocess.Popen(argv, env=env, cwd=self.cwd, stdout=out, stderr=out)
         return self
 
     def signal(self, sig: int) -> None:

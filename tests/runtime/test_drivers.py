@@ -97,6 +97,7 @@ def check_isolation(
     if hostile:
         assert_not_root(driver, result["attack"], written)
     assert [r["ok"] for r in result["read"]] == [False, False], result
+    assert result["proc"] == [], result  # nor through the node's (the test's) own /proc/PID/cwd
     assert result["root"]["ok"] is False or result["root"]["value"] in ([], [".pyenv"]), result
     # Refused by the read-only share, or before it by the folder's mode (the workload is nobody).
     error = result["write_app"].get("error", "")

@@ -16,7 +16,9 @@ import pytest
 
 from lantern.runtime.bytecode import cache_dir
 from lantern.runtime.drivers import Driver
+from tests.conftest import sqlite_url
 from tests.runtime.cluster import Cluster
+from tests.runtime.conftest import working
 from tests.runtime.vms import APPS, run_workload
 from tests.server import LANTERN, ROOT
 
@@ -106,3 +108,44 @@ def test_a_node_writes_nothing_into_its_app_folder(cluster: Cluster, tmp_path: P
     assert _tree(app) == before
     cache = cache_dir(app)
     assert cache is not None and list(cache.glob("app/jobs.*.pyc")), cache
+
+
+def test_a_vm_cannot_read_the_data_folder_of_a_node_started_in_the_project_folder(
+    tmp_path: Path,
+) -> None:
+    """The usual layout: a project folder holding .lantern/ (the database, the secrets key, the
+    receipt signing key) and the app folder, the node started there with --app app, as root.
+    A VM under each driver tries the data folder's host paths, the path beside /app and every
+    /proc/PID/cwd and /proc/PID/root (qemu's VM tries the same from the test's own folder:
+    test_drivers.py)."""
+    drivers = [working(name).name for name in ("sandbox", "gvisor")]
+    project = tmp_path / "project"
+    data = project / ".lantern"
+    data.mkdir(parents=True)
+    for name in ("secrets.key", "signing-keys.pem", "lantern.db"):
+        (data / name).write_text(f"the node's {name}")
+    shutil.copytree(APPS, project / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    cluster = Cluster(sqlite_url(tmp_path), tmp_path).serve()
+    try:
+        for name in drivers:
+            cluster.node(name, driver=name, app_dir=Path("app"), cwd=project)
+        secret = str(data / "secrets.key")
+        paths = [
+            *(str(p) for p in sorted(data.iterdir())),
+            "/app/../.lantern/secrets.key",
+            "/.lantern/secrets.key",
+        ]
+        peek = {"paths": paths, "relative": ".lantern/secrets.key", "absolute": secret}
+        runs = {}
+        for name in drivers:
+            cluster.agent(f"peek-{name}", "isolation:peek", driver=name)
+            runs[name] = cluster.start_run(f"peek-{name}", peek)
+        for name, run_id in runs.items():
+            run = cluster.finished(run_id)
+            assert run["status"] == "succeeded", (name, run)
+            seen = run["output"]
+            assert [p for p, r in seen["read"].items() if r["ok"]] == [], (name, seen)
+            assert seen["proc"] == [], (name, seen)
+            assert ".lantern" not in seen["top"]["value"], (name, seen)
+    finally:
+        cluster.close()

@@ -53,6 +53,29 @@ def _processes(marker: str) -> list[str]:
     return found
 
 
+def _through_proc(relative: str, absolute: str) -> list[str]:
+    """Every ``/proc/PID/cwd/<relative>`` and ``/proc/PID/root<absolute>`` that reads: the way
+    to a node's files through its own process, were it visible."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            for path in (f"/proc/{pid}/cwd/{relative}", f"/proc/{pid}/root{absolute}"):
+                if _try(functools.partial(_read, path))["ok"]:
+                    found.append(path)
+    return found
+
+
+@entrypoint
+async def peek(ctx: Context, paths: list[str], relative: str, absolute: str) -> dict[str, Any]:
+    """Tries to read the node's data folder: by its host paths, beside ``/app`` and through
+    ``/proc``."""
+    return {
+        "read": {p: _try(functools.partial(_read, p)) for p in paths},
+        "proc": _through_proc(relative, absolute),
+        "top": _try(lambda: sorted(os.listdir("/"))),
+    }
+
+
 @entrypoint
 async def escape(
     ctx: Context,
@@ -62,13 +85,16 @@ async def escape(
     env_name: str,
     attack: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``attack``: hostile.attack's input, tried in the same VM (one boot where boots are slow)."""
+    """``attack``: hostile.attack's input, tried in the same VM (one boot where boots are slow).
+    ``host_files[0]`` lies in the folder the node (here the test) runs in, as a node's
+    ``.lantern/`` does: tried through ``/proc`` as well."""
     # Beside this module in the guest's /app (and no package the type checker knows).
     try_root = importlib.import_module("hostile").attack
 
     return {
         "attack": None if attack is None else await try_root(ctx, **attack),
         "read": [_try(functools.partial(_read, p)) for p in host_files],
+        "proc": _through_proc(os.path.basename(host_files[0]), host_files[0]),
         "root": _try(lambda: os.listdir("/root")),
         "write_app": _try(_write_app),
         "connect": _try(lambda: _connect(port)),
