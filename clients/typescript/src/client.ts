@@ -203,12 +203,18 @@ export class LanternClient {
   }
 
   /** One page of the run's journal: the events with `seq > after`, in order; `nextAfter` is
-   * set while more remain (pass it back as `after`). */
+   * set while more remain (pass it back as `after`). A step output over 16 KiB is stored apart
+   * and its event holds `{outputRef, outputBytes}`; with `expandOutputs` the event holds the
+   * value as `output` too. */
   async events(
     runId: string,
-    options: CallOptions & { after?: number; limit?: number } = {},
+    options: CallOptions & { after?: number; limit?: number; expandOutputs?: boolean } = {},
   ): Promise<EventPage> {
-    const query: EventsQuery = compact({ after: options.after, limit: options.limit });
+    const query: EventsQuery = compact({
+      after: options.after,
+      limit: options.limit,
+      expand: options.expandOutputs ? ("outputs" as const) : undefined,
+    });
     const page = await this.send<EventPage>("GET", `/v1/runs/${seg(runId)}/events`, {
       ...options,
       query,
@@ -219,7 +225,7 @@ export class LanternClient {
   /** The run's whole journal as it is now, page after page (`limit` is the page size). */
   async *iterEvents(
     runId: string,
-    options: CallOptions & { after?: number; limit?: number } = {},
+    options: CallOptions & { after?: number; limit?: number; expandOutputs?: boolean } = {},
   ): AsyncGenerator<Event> {
     let after = options.after ?? 0;
     for (;;) {
@@ -368,6 +374,18 @@ export class LanternClient {
     const body: ResumeBody = { version };
     const path = `/v1/runs/${seg(runId)}/resume`;
     return checked(await this.send<ResumeAnswer>("POST", path, { ...options, body }), RUN_KEYS);
+  }
+
+  /** An output stored apart from its event, by the `outputRef` the event holds: the value
+   * itself. Only a reference the run's own journal holds is read (NotFoundError otherwise). */
+  async blob(runId: string, ref: string, options: CallOptions = {}): Promise<unknown> {
+    return await this.send<unknown>("GET", `/v1/runs/${seg(runId)}/blobs/${seg(ref)}`, options);
+  }
+
+  /** Delete a finished run whole: its journal, deliveries, receipt and the outputs no other run
+   * holds (ConflictError while it is unfinished). It answers NotFoundError from then on. */
+  async deleteRun(runId: string, options: CallOptions = {}): Promise<void> {
+    await this.send<void>("DELETE", `/v1/runs/${seg(runId)}`, options);
   }
 
   /** The run's claimed deliveries and their status (`unknown`: a crash cut one off mid-send). */

@@ -2,7 +2,8 @@
 // created once per Idempotency-Key, read and listed page by page, the journal paged, the live
 // stream with its text and a resume across a server SIGKILLed mid-run, approvals, cancel and
 // retry, and every error the server answers mapped onto the error tree. The agents are graphs of
-// built-in nodes and the offline model. The signals call (CONTRACT §15) has no test here: the
+// built-in nodes and the offline model. Large outputs read back (events with expandOutputs,
+// blob) and a run deleted. The signals call (CONTRACT §15) has no test here: the
 // server has no signals API yet.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -193,6 +194,46 @@ describe("runs", () => {
     assert.deepEqual(await collect(client.iterEvents(run.id, { limit: 3 })), whole.items);
     const past = await client.events(run.id, { after: count });
     assert.deepEqual(past, { items: [], nextAfter: null });
+  });
+});
+
+describe("large outputs", () => {
+  test("an output over 16 KiB reads back through events({expandOutputs}) and blob(); deleted, its run is gone", async () => {
+    const big = { x: 7, page: "é".repeat(20 * 1024) }; // 40 KiB of UTF-8: stored apart
+    await client.applyAgent({
+      name: "big",
+      graph: { nodes: [{ id: "start", type: "trigger" }], edges: [] },
+    });
+    const run = await client.createRun("big", big);
+    assert.equal((await client.wait(run.id, { timeoutMs: 30_000 })).status, "succeeded");
+    const completed = (items: Event[]): Record<string, unknown> => {
+      const found = items.find((e) => e.kind === "step_completed" && e.stepId === "start");
+      assert.ok(found, "the trigger step's completion is journaled");
+      return found.data;
+    };
+    const plain = completed((await client.events(run.id)).items);
+    const ref = plain["outputRef"];
+    assert.equal(typeof ref, "string");
+    assert.ok((plain["outputBytes"] as number) > 40 * 1024);
+    assert.equal("output" in plain, false); // only the reference, unless asked
+    const expanded = completed((await client.events(run.id, { expandOutputs: true })).items);
+    assert.deepEqual(expanded, { ...plain, output: big });
+    const paged = completed(await collect(client.iterEvents(run.id, { expandOutputs: true, limit: 2 })));
+    assert.deepEqual(paged["output"], big);
+    assert.deepEqual(await client.blob(run.id, ref as string), big);
+
+    const stranger = await client.blob(run.id, `sha256:${"0".repeat(64)}`).catch((e: unknown) => e);
+    assert.ok(stranger instanceof NotFoundError, String(stranger));
+    const other = await client.createRun("big", { x: 1 });
+    await client.wait(other.id, { timeoutMs: 30_000 });
+    const borrowed = await client.blob(other.id, ref as string).catch((e: unknown) => e);
+    assert.ok(borrowed instanceof NotFoundError, "a reference another run holds is not this run's");
+
+    await client.deleteRun(run.id);
+    const gone = await client.blob(run.id, ref as string).catch((e: unknown) => e);
+    assert.ok(gone instanceof NotFoundError, String(gone));
+    const noEvents = await client.events(run.id).catch((e: unknown) => e);
+    assert.ok(noEvents instanceof NotFoundError, String(noEvents));
   });
 });
 
