@@ -46,17 +46,44 @@ INHERITED = frozenset(
     {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE"}
 )
 
-# Run as ``python -c _GUARD PARENT_PID COMMAND...``: ask the kernel to SIGKILL this process
-# when the thread that started it ends (PR_SET_PDEATHSIG, kept across exec), make sure that
-# parent is still the one that asked (it may have died before the request), then become the
-# server itself. A SIGKILLed `lantern serve` so takes its servers with it, mid-call or not.
+# Run as ``python -c _GUARD PARENT_PID COMMAND...``, a process group of its own (the SDK starts
+# it in a new session; setsid makes sure). A parent-death signal reaches only the process that
+# asked for it, never what that process started, so the guard does not become the server: it
+# asks the kernel for SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG), makes
+# sure that parent is still the one that asked (it may have died before the request), starts
+# the server as its child and waits. When the parent dies, or the server ends, it SIGKILLs its
+# whole process group: the server and every process the server started (one that leaves the
+# group on purpose, with setsid, is the server's own doing). A SIGKILLed `lantern serve` so
+# takes its servers and their helpers with it, mid-call or not.
 _GUARD = (
     "import ctypes, os, signal, sys\n"
-    "if sys.platform.startswith('linux'):\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
+    "try:\n"
+    "    os.setsid()\n"
+    "except OSError:\n"
+    "    pass\n"
+    "def end(*_):\n"
+    "    if os.getpgid(0) == os.getpid():\n"
+    "        os.killpg(0, signal.SIGKILL)\n"
     "    os._exit(1)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "signal.signal(signal.SIGTERM, end)\n"
+    "signal.signal(signal.SIGHUP, end)\n"
+    "if sys.platform.startswith('linux'):\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    end()\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "    signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "    finally:\n"
+    "        os._exit(127)\n"
+    "null = os.open(os.devnull, os.O_RDWR)\n"
+    "os.dup2(null, 0)\n"
+    "os.dup2(null, 1)\n"  # the server's pipes are the server's: its end is seen at once
+    "os.waitpid(pid, 0)\n"
+    "end()\n"
 )
 
 
@@ -199,8 +226,8 @@ class McpServer:
         if self.command is not None:
             from mcp import StdioServerParameters, stdio_client
 
-            # Started through a guard that dies with this process (a parent-death signal),
-            # with only the allow-listed environment and what env= gives it.
+            # Started through a guard that takes the server's process group with it when
+            # this process dies (_GUARD), with only the allow-listed environment and env=.
             params = StdioServerParameters(
                 command=sys.executable,
                 args=["-c", _GUARD, str(os.getpid()), *self.command],

@@ -1,8 +1,9 @@
 """A stdio MCP server (tests/mcp/probe_server.py, written with the `mcp` SDK) started by a real
 `lantern serve`: it sees only PATH, HOME, the locale and what `app.mcp(env=..., cwd=...)` gives
 it, never the server's own variables, and it dies with the server, even in the middle of a
-long call. MCP tools are called the same way by graph, plain, code-first and microVM runs (a
-VM asks the control plane, which calls the tool), so one server process serves them all."""
+long call, and so do the processes it started. MCP tools are called the same way by graph,
+plain, code-first and microVM runs (a VM asks the control plane, which calls the tool), so one
+server process serves them all."""
 
 from __future__ import annotations
 
@@ -94,10 +95,11 @@ def test_a_stdio_server_dies_with_its_server_mid_call(world: dict[str, Any]) -> 
     while not [c for c in calls(world["log"]) if c["tool"] == "hold"]:
         assert time.monotonic() < deadline, "the long call never reached the MCP server"
         time.sleep(0.05)
-    pid = next(c for c in calls(world["log"]) if c["tool"] == "hold")["pid"]
-    assert alive(pid)
+    call = next(c for c in calls(world["log"]) if c["tool"] == "hold")
+    assert alive(call["pid"]) and alive(call["child"])
     server.kill()  # SIGKILL: no shutdown code runs
     deadline = time.monotonic() + 5
-    while alive(pid):
-        assert time.monotonic() < deadline, f"MCP server {pid} outlived its lantern serve"
-        time.sleep(0.05)
+    for what, pid in (("MCP server", call["pid"]), ("its child", call["child"])):
+        while alive(pid):
+            assert time.monotonic() < deadline, f"{what} {pid} outlived its lantern serve"
+            time.sleep(0.05)
