@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lantern import limits
+from lantern.engine.journal import fold
 from lantern.engine.ledger import Ledger
 from lantern.engine.payloads import SignalWait
 from lantern.errors import Conflict, TooLarge, UsageError
@@ -72,11 +73,29 @@ async def send(
     digest = hashlib.sha256(body.encode()).hexdigest()
     made = Signal(new_signal_id(), run.id, name, payload, datetime.now(UTC))
     added = await store.add_signal(
-        made, idempotency_key=idempotency_key, request_digest=digest, limit=MAX_SIGNALS_PER_RUN
+        made,
+        idempotency_key=idempotency_key,
+        request_digest=digest,
+        limit=MAX_SIGNALS_PER_RUN,
+        wake_after=await _wake_after(store, run, name),
     )
     if not added.created and added.request_digest != digest:
         raise Conflict(f"idempotency key {idempotency_key!r} was used for a different signal")
     return added.signal
+
+
+async def _wake_after(store: Store, run: Run, name: str) -> int | None:
+    """When the send should wake the run: None (if it is parked) when its journal has a wait
+    for ``name``; else the journal's last sequence number, so the store wakes it only if the
+    journal moved on meanwhile (a wait that began since). A parked run is then never re-driven
+    for a signal it does not wait for, which would replay it for nothing."""
+    if run.status not in ("running", "waiting"):
+        return 0 if run.status == "queued" else None
+    state = fold(await store.events(run.id))
+    waits = (SignalWait.read(w) for w in state.waiting.values())
+    if any(w is not None and w.name == name for w in waits):
+        return None
+    return state.last_seq
 
 
 async def resolved(store: Store, ledger: Ledger, step: str) -> Resolution | None:

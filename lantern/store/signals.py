@@ -39,11 +39,14 @@ class SignalStore(Protocol):
         idempotency_key: str | None,
         request_digest: str | None,
         limit: int,
+        wake_after: int | None = None,
     ) -> Added:
         """Store ``signal`` for its run and make the run due if it is parked, in one
-        transaction. A signal already stored under ``idempotency_key`` for the run is
-        returned as it is (whatever the run's state now). NotFound for an unknown run;
-        Conflict for a finished one, or one holding ``limit`` signals already."""
+        transaction; with ``wake_after``, only if the run's journal has gone past that
+        sequence number (the caller read it up to there and saw no wait for this signal). A
+        signal already stored under ``idempotency_key`` for the run is returned as it is
+        (whatever the run's state now). NotFound for an unknown run; Conflict for a finished
+        one, or one holding ``limit`` signals already."""
 
     async def signals(self, run_id: str, name: str) -> list[Signal]:
         """The run's signals named ``name``, in the order they were received."""

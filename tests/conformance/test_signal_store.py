@@ -74,7 +74,15 @@ async def test_a_signal_wakes_a_parked_run_and_is_deleted_with_it(store: Store) 
     parking = (ev(1, "run_started"), ev(2, "step_waiting", "s", name="pay"))
     await store.append(Append(lease, parking, RunUpdate("waiting")))
     assert await store.claim_runs("w2", 60, 10, ("queued",)) == []  # parked, not due
-    await add(store, made(run.id, "pay", 1))
+    # The sender read the journal to seq 2 and saw no wait for its signal: not woken.
+    await store.add_signal(
+        made(run.id, "ship", 1), idempotency_key=None, request_digest=None, limit=10, wake_after=2
+    )
+    assert await store.claim_runs("w2", 60, 10, ("queued",)) == []
+    # Read to seq 1 only: the journal moved on since, it may wait for it now: woken.
+    await store.add_signal(
+        made(run.id, "pay", 1), idempotency_key=None, request_digest=None, limit=10, wake_after=1
+    )
     woken = await store.claim_runs("w2", 60, 10, ("queued",))
     assert [w.run_id for w in woken] == [run.id]
     # Claimed when woken, not opened yet: the claimer's runs to take back after a restart.

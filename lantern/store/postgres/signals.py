@@ -13,6 +13,12 @@ from lantern.store.signals import Added, Signal
 
 _COLUMNS = "id, run_id, name, payload, received_at"
 FINISHED = ("succeeded", "failed", "cancelled")
+# A parked run is made due, unless the sender read its journal up to ``wake_after`` and saw no
+# wait for this signal there (then only a journal that moved on since may wait for it now).
+_WAKE = (
+    "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting' AND (%s::bigint IS NULL"
+    " OR (SELECT max(seq) FROM journal_events WHERE run_id = %s) > %s)"
+)
 
 
 def _signal(row: Any) -> Signal:
@@ -27,6 +33,7 @@ class Signals(PostgresConnection):
         idempotency_key: str | None,
         request_digest: str | None,
         limit: int,
+        wake_after: int | None = None,
     ) -> Added:
         s = signal
         async with self._connection() as conn, conn.transaction():
@@ -64,10 +71,7 @@ class Signals(PostgresConnection):
             )
             row = await cur.fetchone()
             assert row is not None
-            await conn.execute(
-                "UPDATE runs SET wake_at = now() WHERE id = %s AND status = 'waiting'",
-                (s.run_id,),
-            )
+            await conn.execute(_WAKE, (s.run_id, wake_after, s.run_id, wake_after))
         stored = Signal(s.id, s.run_id, s.name, s.payload, row[0])
         return Added(stored, True, request_digest)
 

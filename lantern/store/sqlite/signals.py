@@ -15,6 +15,12 @@ from lantern.store.sqlite.rows import _time
 
 _COLUMNS = "id, run_id, name, payload, received_at"
 FINISHED = ("succeeded", "failed", "cancelled")
+# A parked run is made due, unless the sender read its journal up to ``wake_after`` and saw no
+# wait for this signal there (then only a journal that moved on since may wait for it now).
+_WAKE = (
+    "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting' AND (? IS NULL"
+    " OR (SELECT max(seq) FROM journal_events WHERE run_id = ?) > ?)"
+)
 
 
 def _signal(row: sqlite3.Row) -> Signal:
@@ -29,6 +35,7 @@ class Signals(SQLiteConnection):
         idempotency_key: str | None,
         request_digest: str | None,
         limit: int,
+        wake_after: int | None = None,
     ) -> Added:
         s = signal
 
@@ -58,9 +65,7 @@ class Signals(SQLiteConnection):
                 " request_digest, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (s.id, s.run_id, s.name, dumps(s.payload), idempotency_key, request_digest, now),
             )
-            conn.execute(
-                "UPDATE runs SET wake_at = ? WHERE id = ? AND status = 'waiting'", (now, s.run_id)
-            )
+            conn.execute(_WAKE, (now, s.run_id, wake_after, s.run_id, wake_after))
             stored = Signal(s.id, s.run_id, s.name, s.payload, _time(now))
             return Added(stored, True, request_digest)
 
