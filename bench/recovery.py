@@ -30,10 +30,11 @@
     ``PostgresStore.recover_orphans(worker, 2.0, 20)`` as the sweep calls it, alternating a
     pass that steals the 20 orphans (their expired leases restored before it, untimed) and a
     pass that finds nothing, the three schemas interleaved. The EXPLAIN (ANALYZE, BUFFERS) of
-    the sweep's two candidate scans, the ``expired`` and ``unleased`` CTEs of ``_STEAL``
-    formatted exactly as the store formats them for ``recover_orphans`` (the literal statuses
-    of ``_literal_statuses(ACTIVE)``, queued = true), shows the partial indexes
-    ``run_locks_expiring`` and ``runs_queued`` in use, as custom plans and as the generic plans
+    the sweep's two candidate scans, the ``expired`` CTE of ``_EXPIRED`` formatted exactly as
+    the store formats it for ``recover_orphans`` (the literal statuses of
+    ``_literal_statuses(ACTIVE)``) and the first probe of the ``spaces`` skip scan of
+    ``_CANDIDATES`` (the queued runs), shows the partial indexes ``run_locks_expiring`` and
+    ``runs_queued_free`` in use, as custom plans and as the generic plans
     a prepared statement may switch to, in every schema.
     Target: a pass under 10 ms with 1,000,000 finished runs and with 20,000 running runs
     (judged at p50 and at p99; the steal pass includes its commit's WAL flush).
@@ -88,7 +89,7 @@ from lantern.engine.runs import apply_agent, create_run  # noqa: E402
 from lantern.store import open_store  # noqa: E402
 from lantern.store.base import Store  # noqa: E402
 from lantern.store.postgres import PostgresStore  # noqa: E402
-from lantern.store.postgres.leases import _STEAL, _literal_statuses  # noqa: E402
+from lantern.store.postgres.leases import _CANDIDATES, _EXPIRED, _literal_statuses  # noqa: E402
 from lantern.store.records import ACTIVE  # noqa: E402
 
 LANTERN = str(Path(sys.executable).parent / "lantern")
@@ -402,16 +403,18 @@ _RESET_ORPHANS = (
 )
 
 
-SCANS = ("expired", "unleased")  # the candidate CTEs of _STEAL
-INDEX = {"expired": "run_locks_expiring", "unleased": "runs_queued"}
+SCANS = ("expired", "spaces")  # the candidate scans of the claim (postgres/leases.py)
+INDEX = {"expired": "run_locks_expiring", "spaces": "runs_queued_free"}
 
 
 def cte_select(name: str, limit: str, queued: str) -> str:
-    """One candidate scan of the sweep: the ``name`` CTE of ``_STEAL``, formatted as the store
-    formats it for ``recover_orphans`` (literal statuses), with ``limit`` and ``queued`` for its
-    parameters."""
-    sql = _STEAL.format(statuses=_literal_statuses(ACTIVE))
-    body = sql.split(f"{name} AS (\n", 1)[1].split("\n)", 1)[0]
+    """One candidate scan of the sweep: the ``name`` CTE of ``_EXPIRED`` or ``_CANDIDATES`` (the
+    first probe of a recursive one), formatted as the store formats it for ``recover_orphans``
+    (literal statuses), with ``limit`` and ``queued`` for its parameters."""
+    sql = _EXPIRED.format(statuses=_literal_statuses(ACTIVE)) if name == "expired" else _CANDIDATES
+    body = sql.split(f"{name} AS (\n", 1)[1].split("\n)", 1)[0].split("UNION ALL")[0].strip()
+    if body.startswith("(") and body.endswith(")"):
+        body = body[1:-1]
     select = " ".join(body.split()).replace("%(limit)s", limit).replace("%(queued)s", queued)
     assert "%(" not in select, select
     return select

@@ -15,10 +15,10 @@ import inspect
 import re
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
-from lantern import threads
+from lantern import flow, threads
 from lantern.context import Context as Context
 from lantern.errors import UsageError
 from lantern.store.records import NewEvent
@@ -80,6 +80,8 @@ class CodeAgent:
     budget: Mapping[str, Any] | None = field(default=None, compare=False)
     # The workspaces whose runs may run it (None: every one). Elsewhere it does not exist.
     workspaces: frozenset[str] | None = field(default=None, compare=False)
+    # Its flow control (``concurrency``, ``maxConcurrentRuns``), stored in its definition.
+    flow: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def serves(self, workspace: str) -> bool:
         return self.workspaces is None or workspace in self.workspaces
@@ -96,6 +98,8 @@ class CodeAgent:
         }
         if self.budget is not None:
             stored["budget"] = dict(self.budget)
+        if self.flow is not None:
+            stored.update(self.flow)
         return stored
 
 
@@ -271,6 +275,8 @@ class App:
         version: str | None = None,
         budget: Mapping[str, Any] | None = None,
         workspaces: Iterable[str] | None = None,
+        concurrency: Mapping[str, Any] | None = None,
+        max_concurrent_runs: int | None = None,
     ) -> Callable[[F], F]:
         """Register ``fn(ctx, **input)`` (``async def`` or plain ``def``) as the code-first
         agent ``name`` (default: the function's name), at ``version`` (default: a digest of
@@ -278,8 +284,10 @@ class App:
         "maxTokens": ...}``, as a definition's). With ``workspaces``, only those workspaces
         see it, run it or schedule it; for the others it does not exist. It may also be a
         microVM agent's entrypoint (docs/runtime.md). ``@app.agent`` without parentheses
-        works too."""
+        works too. ``concurrency={"key": "{{ input.customer }}", "limit": 1}`` and
+        ``max_concurrent_runs`` are a definition's flow control (docs/flow-control.md)."""
         bare = version is None and budget is None and workspaces is None
+        bare = bare and concurrency is None and max_concurrent_runs is None
         if callable(name) and not isinstance(name, str) and bare:
             fn = name
             self._add_agent(_code_agent(getattr(fn, "__name__", None), fn, None))
@@ -287,7 +295,9 @@ class App:
 
         def register(fn: F) -> F:
             given = getattr(fn, "__name__", None) if name is None else name
-            self._add_agent(_code_agent(given, fn, version, budget, workspaces))
+            agent = _code_agent(given, fn, version, budget, workspaces)
+            limits = flow.code_settings(agent.name, concurrency, max_concurrent_runs)
+            self._add_agent(replace(agent, flow=limits or None))
             return fn
 
         return register

@@ -24,7 +24,16 @@ def run_json(run: Any) -> dict[str, Any]:
         "cancelRequested": run.cancel_requested,
         "parentRunId": getattr(run, "parent_id", None),
         "waitingForVersion": getattr(run, "waiting_for", None),
+        "priority": getattr(run, "priority", 5),
+        "concurrencyKey": flow_key(run),
     }
+
+
+def flow_key(run: Any) -> str | None:
+    """The concurrency key a run is claimed under; None without one (or a maxConcurrentRuns
+    alone, whose key is empty)."""
+    key = getattr(getattr(run, "flow", None), "key", None) or getattr(run, "concurrency_key", None)
+    return key or None
 
 
 def usage_json(run: Any) -> dict[str, Any]:

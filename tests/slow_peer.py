@@ -3,15 +3,23 @@
 `python -m tests.slow_peer DELAY` prints its port, then serves on 127.0.0.1 until killed. It
 is asyncio, so thousands of requests can wait at once without a thread each, and being another
 process it never competes with the replica under test for the GIL. The most requests it held
-at once is answered at ``GET /stats``. ``POST .../chat/completions`` gets an OpenAI-compatible
-answer, so it stands in for a slow model provider too.
+at once is answered at ``GET /stats``, overall and per path (``mostByPath``).
+``POST .../chat/completions`` gets an OpenAI-compatible answer, so it stands in for a slow model
+provider too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # An OpenAI-compatible answer, so the peer also stands in for a slow model provider.
 CHAT = json.dumps(
@@ -33,6 +41,8 @@ CHAT = json.dumps(
 in_flight = 0
 most = 0
 served = 0
+in_flight_by: dict[str, int] = {}
+most_by: dict[str, int] = {}
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
@@ -48,13 +58,23 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
                     length = int(value.strip())
             if length:
                 await reader.readexactly(length)
+            path = lines[0].split(" ")[1].partition("?")[0]
             if lines[0].startswith("GET /stats"):
-                body = json.dumps({"most": most, "served": served, "inFlight": in_flight}).encode()
+                stats = {
+                    "most": most,
+                    "served": served,
+                    "inFlight": in_flight,
+                    "mostByPath": most_by,
+                }
+                body = json.dumps(stats).encode()
             else:
                 in_flight += 1
                 most = max(most, in_flight)
+                in_flight_by[path] = in_flight_by.get(path, 0) + 1
+                most_by[path] = max(most_by.get(path, 0), in_flight_by[path])
                 await asyncio.sleep(delay)
                 in_flight -= 1
+                in_flight_by[path] -= 1
                 served += 1
                 body = CHAT if "/chat/completions" in lines[0] else b'{"ok": true}'
             writer.write(
@@ -76,6 +96,34 @@ async def main(delay: float) -> None:
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()
+
+
+class SlowPeer:
+    """This module in a process of its own, answering after ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.slow_peer", str(delay)],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.url}/stats", timeout=10).json()
+        return stats
+
+    @property
+    def most(self) -> int:
+        return int(self.stats()["most"])
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 if __name__ == "__main__":

@@ -125,6 +125,12 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
 @click.argument("agent")
 @click.option("--input", "input_json", default="{}", help="The run's input as JSON.")
 @click.option("--wait", is_flag=True, help="Execute here and print the finished run.")
+@click.option(
+    "--priority",
+    type=click.IntRange(0, 9),
+    default=None,
+    help="0-9 (default 5): among queued runs that may start, higher first.",
+)
 @app_options
 @DATABASE
 @click.pass_context
@@ -133,6 +139,7 @@ def run_agent(
     agent: str,
     input_json: str,
     wait: bool,
+    priority: int | None,
     app_spec: str | None,
     app_dir: str,
     database_url: str | None,
@@ -152,7 +159,7 @@ def run_agent(
         api = remote()
         if api is not None:
             async with api:
-                submitted = await api.create_run(agent, value)
+                submitted = await api.create_run(agent, value, priority=priority)
                 if not wait:
                     click.echo(submitted.id)
                     return 0
@@ -165,7 +172,9 @@ def run_agent(
 
         app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
-            created = await create_run(store, agent, value, app=app)
+            created = await create_run(
+                store, agent, value, app=app, priority=5 if priority is None else priority
+            )
             if not wait:
                 click.echo(created.id)
                 return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from lantern import limits
+from lantern import flow, limits
 from lantern.engine import anomalies, when
 from lantern.engine.microvm import MicroVmAgent, parse_microvm
 from lantern.errors import DefinitionError
@@ -119,12 +119,24 @@ PLAIN_FIELDS = frozenset(
         "retry",
         "timeoutMs",
         "anomalies",
+        "concurrency",
+        "maxConcurrentRuns",
     }
 )
 DEFAULT_MAX_TURNS = 10
 # A graph agent's top-level fields; any other is a typo the user would never hear of.
 GRAPH_FIELDS = frozenset(
-    {"name", "description", "graph", "budget", "anomalies", "timeoutMs", "runtime"}
+    {
+        "name",
+        "description",
+        "graph",
+        "budget",
+        "anomalies",
+        "timeoutMs",
+        "runtime",
+        "concurrency",
+        "maxConcurrentRuns",
+    }
 )
 
 
@@ -145,6 +157,7 @@ def parse_agent(definition: Any, routes: Routes | None = None) -> Graph | PlainA
         problems += budget_problems("the agent", definition["budget"])
     if "anomalies" in definition:
         anomalies.check_config(definition["anomalies"], problems)
+    problems += flow.problems(definition)
     if "runtime" in definition:
         agent = parse_microvm(str(name), definition, problems)
         if problems:

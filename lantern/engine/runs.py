@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from lantern import config, limits
+from lantern import config, flow, limits
 from lantern.app import App
 from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
@@ -20,7 +20,7 @@ from lantern.ids import new_run_id
 from lantern.models.router import Routes
 from lantern.store.base import Store
 from lantern.store.codec import dumps, value_problem
-from lantern.store.records import AgentVersion, Run
+from lantern.store.records import AgentVersion, Run, RunFlow
 
 DEFAULT_WORKSPACE = "default"
 CANCEL_PATIENCE = 5.0  # seconds a child refused under a cancel waits for the cancel to land
@@ -112,6 +112,7 @@ async def create_run(
     run_id: str | None = None,
     parent_id: str | None = None,
     app: App | None = None,
+    priority: int = flow.DEFAULT_PRIORITY,
 ) -> Run:
     """A queued run pinned to the agent's newest version.
 
@@ -119,7 +120,11 @@ async def create_run(
     different request under the same key is a Conflict. A code-first agent of ``app`` has
     its input checked against the function's signature (a UsageError names what does not
     fit), and this function's version stored for the workspace, so the run is pinned to it.
+    Under an agent with flow control (docs/flow-control.md), the run's concurrency key is its
+    input rendered by the pinned version's ``concurrency.key``; a key that does not render is
+    a UsageError and no run is made. ``priority`` (0-9) orders the runs that may start.
     """
+    flow.check_priority(priority)
     problem = value_problem([agent_name, input])
     if problem is not None:
         raise UsageError(f"the run's agent name or input cannot be stored: {problem}")
@@ -153,10 +158,16 @@ async def create_run(
         created_at=now,
         updated_at=now,
         parent_id=parent_id,
+        priority=priority,
     )
+
+    def flow_of(concurrency: Any, max_runs: Any) -> RunFlow | None:
+        fields = flow.run_fields(concurrency, max_runs, input)
+        return None if fields is None else RunFlow(*fields)
+
     try:
         created = await store.create_run(
-            run, idempotency_key=idempotency_key, request_digest=digest
+            run, idempotency_key=idempotency_key, request_digest=digest, flow=flow_of
         )
     except Conflict:
         assert idempotency_key is not None

@@ -216,9 +216,16 @@ class Worker:
         trip through the queue (no claim; its lease and opening commit are one transaction,
         as for any never-started run, and lose to a replica that claimed it first); else
         leave it to the dispatcher. Free slots mean no backlog here for the claim's
-        fairness between workspaces to order."""
+        fairness between workspaces to order. A run under flow control is left to the claim,
+        which alone counts the slots its concurrency key and agent hold."""
         free = self.max_concurrent - len(self._runs)
-        if run.status != "queued" or run.cancel_requested or free <= 0 or self.stopping.is_set():
+        if (
+            run.status != "queued"
+            or run.flow is not None
+            or run.cancel_requested
+            or free <= 0
+            or self.stopping.is_set()
+        ):
             self.wake()
             return
         self._taken.add(run.id)

@@ -110,14 +110,18 @@ class AsyncClient:
         *,
         idempotency_key: str | None = None,
         wait: float | None = None,
+        priority: int | None = None,
     ) -> Run:
         """Start a run of the agent's newest version. The request always carries an
         idempotency key (a random one unless given), so it is safely retried: the same key
         with the same body gives back the same run; with another body, ``ConflictError``.
         With ``wait`` (0 to 60 seconds), the server answers once the run finished, or when the
-        wait is over with the run as it is then: a short run in one request."""
+        wait is over with the run as it is then: a short run in one request. ``priority``
+        (0 to 9, default 5): among queued runs that may start, a higher one starts first."""
         key = idempotency_key or uuid.uuid4().hex
-        body = {"agentName": agent_name, "input": input}
+        body: dict[str, Any] = {"agentName": agent_name, "input": input}
+        if priority is not None:
+            body["priority"] = priority
         params = None if wait is None else {"wait": _seconds(wait)}
         extra = 0.0 if wait is None else max(wait, 0.0)
         data = await self._send(

@@ -65,6 +65,8 @@ class Run:
     parent_run_id: str | None = None  # the run whose subagent step started this one
     children: tuple[str, ...] = ()  # runs its subagent steps started (on get_run only)
     waiting_for: str | None = None  # a code-first run's version no replica that had it has
+    priority: int = 5  # 0-9: among runs that may start, higher first
+    concurrency_key: str | None = None  # the key its agent's flow control rendered, if any
 
     @property
     def finished(self) -> bool:
@@ -88,6 +90,8 @@ class Run:
             parent_run_id=data.get("parentRunId"),
             children=tuple(data.get("children") or ()),
             waiting_for=data.get("waitingForVersion"),
+            priority=int(data.get("priority", 5)),
+            concurrency_key=data.get("concurrencyKey"),
         )
 
 

@@ -142,9 +142,12 @@ class Client:
         *,
         idempotency_key: str | None = None,
         wait: float | None = None,
+        priority: int | None = None,
     ) -> Run:
         return self._thread.run(
-            self._async.create_run(agent_name, input, idempotency_key=idempotency_key, wait=wait)
+            self._async.create_run(
+                agent_name, input, idempotency_key=idempotency_key, wait=wait, priority=priority
+            )
         )
 
     def get_run(self, run_id: str, *, wait: float | None = None) -> Run:

@@ -14,6 +14,8 @@ class Body(BaseModel):
 class CreateRun(Body):
     agentName: str = Field(min_length=1, max_length=100)
     input: Any = None
+    # Among runs that may start, a higher priority starts first (docs/flow-control.md).
+    priority: int = Field(default=5, ge=0, le=9, strict=True)
 
 
 class Decision(Body):
@@ -70,6 +72,9 @@ class RunOut(BaseModel):
     # A code-first run left by a replica without its version: the version of its code it
     # waits for (``lantern runs resume RUN_ID --version NEW`` moves it on).
     waitingForVersion: str | None = None
+    priority: int = 5
+    # The concurrency key its agent's flow control rendered from its input, if any.
+    concurrencyKey: str | None = None
 
 
 class RunPage(BaseModel):

@@ -15,6 +15,7 @@ from lantern.store.records import (
     Delivery,
     DeliveryStatus,
     Event,
+    FlowOf,
     Lease,
     NewEvent,
     Orphan,
@@ -145,10 +146,18 @@ class RunStore(Protocol):
         """The newest version of each agent, by name; ``after`` is the last name seen."""
 
     async def create_run(
-        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None = None,
+        request_digest: str | None = None,
+        flow: FlowOf | None = None,
     ) -> Run:
         """Store a new run pinned to its agent's newest version, in one statement, and return
-        it; raise NotFound for an unknown agent, Conflict when the key was already used."""
+        it; raise NotFound for an unknown agent, Conflict when the key was already used.
+        ``flow`` is given the pinned version's ``concurrency`` and ``maxConcurrentRuns`` (when
+        it has either) and says what the run is claimed under (a second statement, for such
+        an agent only); whatever it raises, no run is stored."""
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         """The run created with this key, and the digest of the request that created it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -52,6 +53,22 @@ class RunUsage:
 
 
 @dataclass(frozen=True)
+class RunFlow:
+    """What a run of an agent under flow control is claimed by (docs/flow-control.md): its
+    rendered concurrency ``key`` (``""`` when the agent sets only maxConcurrentRuns), the
+    agent's ``limit`` per key and its ``max_runs`` (maxConcurrentRuns), as at the run's create."""
+
+    key: str
+    limit: int | None
+    max_runs: int | None
+
+
+# What a create asks of the agent version it pins: that version's ``concurrency`` and
+# ``maxConcurrentRuns`` (None when absent) and the run's input, to the flow it runs under.
+FlowOf = Callable[[Any, Any], "RunFlow | None"]
+
+
+@dataclass(frozen=True)
 class Run:
     id: str
     workspace: str
@@ -68,6 +85,8 @@ class Run:
     usage: RunUsage = field(default_factory=RunUsage)
     # A code-first run parked because the replica that had it lacks this version of its code.
     waiting_for: str | None = None
+    priority: int = 5  # 0-9: among runs that may start, higher first
+    flow: RunFlow | None = None  # None: the agent has no flow control
 
     @property
     def finished(self) -> bool:

@@ -4,6 +4,7 @@ a real receiver on 127.0.0.1. One SIGKILL mid-delivery, as the tutorial does it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -285,3 +286,29 @@ def test_the_tutorial_as_written_approves_cancels_and_retries(
     replies = [h.body for h in receiver.hits if h.path == "/replies"]
     assert [r["ticket"] for r in replies] == ["T-1001", "T-3"]  # the cancelled run sent nothing
     assert "Ada" in replies[0]["text"] and "billing" in replies[0]["text"]
+
+
+@pytest.mark.parametrize("example", ["flow"], indirect=True)
+def test_flow_runs_one_ticket_per_customer_at_a_time(example: Example) -> None:
+    """examples/flow: three tickets of one customer run one after another, another customer's
+    beside them; the graph agent as shipped applies and runs under the same rule."""
+    with example.client() as client:
+        client.apply_agent(shipped("flow/answer-ticket.json"))
+        tickets = [("acme", "refund", 5), ("acme", "invoice", 5), ("acme", "login", 5)]
+        runs = [
+            client.create_run("answer-ticket-code", {"customer": c, "question": q}, priority=p)
+            for c, q, p in [*tickets, ("bolt", "refund", 9)]
+        ]
+        graph = [client.create_run("answer-ticket", {"customer": "acme", "question": "hi"})]
+        done = [client.wait(r.id, timeout=60) for r in runs + graph]
+        assert [d.status for d in done] == ["succeeded"] * 5
+        assert done[3].priority == 9 and done[0].concurrency_key == "acme"
+
+        def span(run_id: str) -> tuple[Any, Any]:
+            events = client.events(run_id)
+            return events[0].at, events[-1].at
+
+        acme = sorted(span(r.id) for r in runs[:3])
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(acme)), acme
+        bolt = span(runs[3].id)
+        assert bolt[0] < acme[0][1], "another customer's ticket waited behind acme's"

@@ -6,14 +6,10 @@ does not spend its step's timeout, which starts when it is sent."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 import lantern
@@ -22,34 +18,10 @@ from lantern.effects import http
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.store import Store
+from tests.slow_peer import SlowPeer
 
-ROOT = Path(__file__).resolve().parents[2]
 RUNS = 500
 DELAY = 5.0
-
-
-class SlowPeer:
-    """tests/slow_peer.py in a process of its own, answering after ``delay`` seconds."""
-
-    def __init__(self, delay: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.slow_peer", str(delay)],
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
-
-    @property
-    def most(self) -> int:
-        return int(httpx.get(f"{self.url}/stats", timeout=10).json()["most"])
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @pytest.fixture

@@ -143,13 +143,14 @@ export class LanternClient {
 
   /** Start a run of the agent's newest version. The request always carries an idempotency key
    * (a random one unless given), so it is safely retried: the same key with the same body
-   * gives back the same run; with another body, ConflictError. */
+   * gives back the same run; with another body, ConflictError. `priority` (0 to 9, default 5):
+   * among queued runs that may start, a higher one starts first. */
   async createRun(
     agentName: string,
     input?: unknown,
-    options: CallOptions & { idempotencyKey?: string } = {},
+    options: CallOptions & { idempotencyKey?: string; priority?: number } = {},
   ): Promise<Run> {
-    const body: CreateRunBody = { agentName, input: input ?? null };
+    const body: CreateRunBody = { agentName, input: input ?? null, priority: options.priority ?? 5 };
     const key = options.idempotencyKey ?? randomKey();
     const run = await this.send<CreateAnswer>("POST", "/v1/runs", {
       ...options,

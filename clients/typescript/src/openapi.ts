@@ -727,6 +727,11 @@ export interface components {
             agentName: string;
             /** Input */
             input?: unknown;
+            /**
+             * Priority
+             * @default 5
+             */
+            priority: number;
         };
         /** Decision */
         Decision: {
@@ -967,6 +972,13 @@ export interface components {
             } | null;
             /** Waitingforversion */
             waitingForVersion?: string | null;
+            /**
+             * Priority
+             * @default 5
+             */
+            priority: number;
+            /** Concurrencykey */
+            concurrencyKey?: string | null;
         };
         /** RunPage */
         RunPage: {

@@ -151,7 +151,9 @@ describe("runs", () => {
     assert.deepEqual(got.input, { text: "a" });
     assert.ok(["queued", "running", "waiting"].includes(got.status));
 
-    const second = await client.createRun("listed", { text: "c" });
+    const second = await client.createRun("listed", { text: "c" }, { priority: 9 });
+    assert.equal((await client.getRun(second.id)).priority, 9);
+    assert.equal(got.priority, 5);
     const third = await client.createRun("listed", { text: "d" });
     const page = await client.listRuns({ agentName: "listed", limit: 1 });
     assert.equal(page.items.length, 1);

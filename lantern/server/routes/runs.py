@@ -91,6 +91,7 @@ async def create(
         key.workspace,
         idempotency_key=idempotency_key,
         app=s.worker.app,
+        priority=body.priority,
     )
     try:
         # The wait holds a connection as a long-poll does; a key holding all it may (the

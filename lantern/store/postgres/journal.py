@@ -119,9 +119,10 @@ RETURNING 1
 # the run update land only if the lease row was won.
 _START_RUN = """
 WITH lease AS (
-    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
+    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch, workspace, agent_name, flow_key)
     SELECT id, %(worker)s,
-           CASE WHEN %(release)s THEN 'epoch' ELSE now() + make_interval(secs => %(ttl)s) END, 1
+           CASE WHEN %(release)s THEN 'epoch' ELSE now() + make_interval(secs => %(ttl)s) END, 1,
+           workspace, agent_name, flow_key
     FROM runs
     WHERE id = %(run)s AND status = 'queued'
       AND NOT EXISTS (SELECT 1 FROM journal_events WHERE run_id = %(run)s)

@@ -7,65 +7,153 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+from psycopg.rows import TupleRow
+
+from lantern.store.claims import Candidate, Group, pick
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 
-# Find runs with no live lease and steal their leases: leases that expired (through the
-# partial index of unreleased leases, oldest expiry first) and queued runs never leased
-# (through the partial index of queued runs). Neither scan reads running or finished runs, so
-# a pass costs the same however many there are. SKIP LOCKED lets replicas sweep side by side
-# without waiting on each other; the UPSERT still wins only an expired lease.
-_STEAL = """
+# Runs whose leases expired (through the partial index of unreleased leases, oldest expiry
+# first): their holder is gone, and the run (holding its slot, if under flow control) is
+# handed on as it is. SKIP LOCKED passes over a run a commit is writing; the UPSERT still wins
+# only an expired lease.
+_EXPIRED = """
 WITH expired AS (
     SELECT r.id, l.worker_id AS previous_worker, l.expires_at AS expired_at
     FROM run_locks l JOIN runs r ON r.id = l.run_id
     WHERE l.expires_at > 'epoch' AND l.expires_at <= now() AND r.status IN ({statuses})
     ORDER BY l.expires_at LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
-), fair AS (
-    -- Fair across workspaces: the oldest queued run of each workspace in turn, starting with
-    -- the workspace served least recently, so one tenant's backlog cannot starve the others.
-    -- (A window cannot be locked, so the runs it picks are locked below.)
-    SELECT id FROM (
-        SELECT r.id, r.created_at,
-               row_number() OVER (PARTITION BY r.workspace ORDER BY r.created_at) AS turn,
-               COALESCE(c.claimed_at, 'epoch') AS served
-        FROM runs r LEFT JOIN workspace_claims c ON c.workspace = r.workspace
-        WHERE r.status = 'queued' AND %(queued)s
-          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
-    ) q ORDER BY turn, served, created_at LIMIT %(limit)s
-), unleased AS (
-    SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
-    FROM runs r
-    WHERE r.id IN (SELECT id FROM fair) AND r.status = 'queued'
-    FOR NO KEY UPDATE OF r SKIP LOCKED
-), woken AS (
-    -- Parked runs that are due: woken by a decision, a finished child or a timeout.
-    SELECT r.id, NULL::text AS previous_worker, NULL::timestamptz AS expired_at
-    FROM runs r
-    WHERE r.status = 'waiting' AND r.wake_at <= now() AND %(queued)s
-      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id AND l.expires_at > now())
-    ORDER BY r.wake_at LIMIT %(limit)s
-    FOR NO KEY UPDATE OF r SKIP LOCKED
-), found AS (
-    SELECT * FROM expired UNION ALL SELECT * FROM unleased UNION ALL SELECT * FROM woken
-    LIMIT %(limit)s
 ), stolen AS (
-    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)
-    SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM found
+    UPDATE run_locks l SET worker_id = %(worker)s,
+        expires_at = now() + make_interval(secs => %(ttl)s), epoch = l.epoch + 1
+    FROM expired e WHERE l.run_id = e.id AND l.expires_at <= now()
+    RETURNING l.run_id, l.epoch
+)
+SELECT e.id, s.epoch, e.previous_worker, e.expired_at
+FROM expired e LEFT JOIN stolen s ON s.run_id = e.id
+"""
+
+# What a claim chooses from (lantern/store/claims.py), each part through an index and bounded:
+# - spaces, groups: the workspaces with queued runs free of flow control, and the flow groups
+#   (workspace, agent, key) with queued runs, each found with one index probe (a skip scan), so
+#   neither costs more with 100,000 queued runs than with 10;
+# - held: the slots each flow group holds (the partial index of unreleased flow leases);
+# - the head of each workspace's queue, and of each flow group's queue as deep as its free
+#   slots (none for a full group, so a blocked key's backlog is never read);
+# - due parked runs, and when each workspace was last served.
+_CANDIDATES = """
+WITH RECURSIVE spaces AS (
+    (SELECT workspace FROM runs WHERE status = 'queued' AND flow_key IS NULL
+     ORDER BY workspace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workspace FROM runs r
+            WHERE r.status = 'queued' AND r.flow_key IS NULL AND r.workspace > s.workspace
+            ORDER BY r.workspace LIMIT 1)
+    FROM spaces s WHERE s.workspace IS NOT NULL
+), groups AS (
+    (SELECT workspace, agent_name, flow_key, flow_limit FROM runs
+     WHERE status = 'queued' AND flow_key IS NOT NULL
+     ORDER BY workspace, agent_name, flow_key LIMIT 1)
+    UNION ALL
+    SELECT n.* FROM groups g CROSS JOIN LATERAL (
+        SELECT r.workspace, r.agent_name, r.flow_key, r.flow_limit FROM runs r
+        WHERE r.status = 'queued' AND r.flow_key IS NOT NULL
+          AND (r.workspace, r.agent_name, r.flow_key) > (g.workspace, g.agent_name, g.flow_key)
+        ORDER BY r.workspace, r.agent_name, r.flow_key LIMIT 1) n
+), held AS (
+    SELECT workspace, agent_name, flow_key, count(*)::int AS n FROM run_locks
+    WHERE flow_key IS NOT NULL AND expires_at > 'epoch'
+    GROUP BY workspace, agent_name, flow_key
+)
+SELECT 'held', NULL, workspace, agent_name, flow_key, n, NULL::timestamptz, NULL::int, NULL::int
+FROM held
+UNION ALL
+SELECT 'queued', r.id, r.workspace, r.agent_name, r.flow_key, r.priority, r.created_at,
+       r.flow_limit, r.flow_max
+FROM spaces s CROSS JOIN LATERAL (
+    SELECT * FROM runs r
+    WHERE r.workspace = s.workspace AND r.status = 'queued' AND r.flow_key IS NULL
+      AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+    ORDER BY r.priority DESC, r.created_at LIMIT %(limit)s) r
+WHERE s.workspace IS NOT NULL
+UNION ALL
+SELECT 'queued', r.id, r.workspace, r.agent_name, r.flow_key, r.priority, r.created_at,
+       r.flow_limit, r.flow_max
+FROM groups g LEFT JOIN held h
+  ON h.workspace = g.workspace AND h.agent_name = g.agent_name AND h.flow_key = g.flow_key
+CROSS JOIN LATERAL (
+    SELECT * FROM runs r
+    WHERE r.workspace = g.workspace AND r.agent_name = g.agent_name AND r.flow_key = g.flow_key
+      AND r.status = 'queued' AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+    ORDER BY r.priority DESC, r.created_at
+    LIMIT least(%(limit)s, greatest(0, COALESCE(g.flow_limit - h.n, g.flow_limit, %(limit)s)))
+) r
+UNION ALL
+SELECT 'woken', w.id, w.workspace, w.agent_name, w.flow_key, w.priority, w.created_at,
+       w.flow_limit, w.flow_max
+FROM (SELECT * FROM runs r
+      WHERE r.status = 'waiting' AND r.wake_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id AND l.expires_at > now())
+      ORDER BY r.wake_at LIMIT %(limit)s) w
+UNION ALL
+SELECT 'served', NULL, c.workspace, NULL, NULL, NULL, c.claimed_at, NULL, NULL
+FROM workspace_claims c
+WHERE c.workspace IN (SELECT workspace FROM spaces UNION SELECT workspace FROM groups)
+"""
+
+# Lease the runs the claim chose (still queued or parked: a cancel may have come between),
+# copying each run's flow group into its lease, and mark the workspaces of the queued ones
+# served.
+_TAKE = """
+WITH chosen AS (
+    SELECT r.id, r.workspace, r.agent_name, r.flow_key, r.status FROM runs r
+    WHERE r.id = ANY(%(ids)s) AND r.status IN ('queued', 'waiting')
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+), taken AS (
+    INSERT INTO run_locks (run_id, worker_id, expires_at, epoch, workspace, agent_name, flow_key)
+    SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1, workspace, agent_name,
+           flow_key
+    FROM chosen
     ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,
-        expires_at = excluded.expires_at, epoch = run_locks.epoch + 1
+        expires_at = excluded.expires_at, epoch = run_locks.epoch + 1,
+        workspace = excluded.workspace, agent_name = excluded.agent_name,
+        flow_key = excluded.flow_key
     WHERE run_locks.expires_at <= now()
     RETURNING run_id, epoch
 ), served AS (
     INSERT INTO workspace_claims (workspace, claimed_at)
-    SELECT DISTINCT r.workspace, now() FROM unleased u JOIN runs r ON r.id = u.id
+    SELECT DISTINCT c.workspace, now() FROM chosen c JOIN taken t ON t.run_id = c.id
+    WHERE c.status = 'queued'
     ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at
 )
-SELECT f.id, s.epoch, f.previous_worker, f.expired_at
-FROM found f LEFT JOIN stolen s ON s.run_id = f.id
+SELECT run_id, epoch FROM taken
 """
+
+# Claims take this lock for their transaction, so two replicas never both count a flow
+# group's slots free and both fill them. A claim is one short transaction; the lock is never
+# held across a drive or a network call.
+_CLAIM_LOCK = 0x4C414E43  # "LANC"
+
+
+def _choose(rows: list[TupleRow], limit: int) -> list[str]:
+    queued: list[Candidate] = []
+    woken: list[Candidate] = []
+    held: list[tuple[Group, int]] = []
+    served: dict[str, Any] = {}
+    for kind, run_id, workspace, agent, key, number, at, flow_limit, flow_max in rows:
+        if kind == "held":
+            held.append(((workspace, agent, key), number))
+        elif kind == "served":
+            served[workspace] = at
+        else:
+            c = Candidate(
+                run_id, workspace, agent, number, at, key, flow_limit, flow_max, kind == "woken"
+            )
+            (woken if c.woken else queued).append(c)
+    return [c.id for c in pick(queued, woken, held, served, limit)]
 
 
 def _literal_statuses(statuses: tuple[RunStatus, ...]) -> str:
@@ -75,8 +163,9 @@ def _literal_statuses(statuses: tuple[RunStatus, ...]) -> str:
 
 class Leases(PostgresConnection):
     _UPSERT_LEASE = (
-        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch)"
-        " SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1 FROM {source}"
+        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch, workspace, agent_name,"
+        " flow_key) SELECT id, %(worker)s, now() + make_interval(secs => %(ttl)s), 1,"
+        " workspace, agent_name, flow_key FROM {source}"
         " ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,"
         " expires_at = excluded.expires_at, epoch = run_locks.epoch + 1"
         " WHERE run_locks.expires_at <= now()"
@@ -105,13 +194,27 @@ class Leases(PostgresConnection):
     async def _steal(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Orphan]:
-        rows = await self._fetchall(
-            _STEAL.format(statuses=_literal_statuses(statuses)),
-            {"worker": worker_id, "ttl": ttl, "limit": limit, "queued": "queued" in statuses},
-        )
-        return [
-            Orphan(r[0], None if r[1] is None else Lease(r[0], worker_id, r[1]), r[2], r[3])
-            for r in rows
+        args = {"worker": worker_id, "ttl": ttl, "limit": limit}
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(b"SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            cur = await conn.execute(
+                _EXPIRED.format(statuses=_literal_statuses(statuses)).encode(), args
+            )
+            found = [
+                Orphan(r[0], None if r[1] is None else Lease(r[0], worker_id, r[1]), r[2], r[3])
+                for r in await cur.fetchall()
+            ]
+            if "queued" not in statuses or len(found) >= limit:
+                return found
+            args["limit"] = limit - len(found)
+            cur = await conn.execute(_CANDIDATES.encode(), args)
+            chosen = _choose(await cur.fetchall(), limit - len(found))
+            if not chosen:
+                return found
+            cur = await conn.execute(_TAKE.encode(), {**args, "ids": chosen})
+            epochs = dict(await cur.fetchall())
+        return found + [
+            Orphan(i, Lease(i, worker_id, epochs[i]), None, None) for i in chosen if i in epochs
         ]
 
     async def heartbeat(self, worker_id: str, started_at: datetime) -> None:

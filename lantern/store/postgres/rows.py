@@ -6,12 +6,12 @@ from dataclasses import replace
 
 from psycopg.rows import TupleRow
 
-from lantern.store.records import ApiKey, Event, Run, RunUsage
+from lantern.store.records import ApiKey, Event, Run, RunFlow, RunUsage
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
     " updated_at, cancel_requested, parent_run_id, input_tokens, output_tokens, cost_usd,"
-    " model_calls, waiting_for"
+    " model_calls, waiting_for, priority, flow_key, flow_limit, flow_max"
 )
 _KEY_COLUMNS = "id, workspace, secret_hash, scopes, created_at, revoked_at, name"
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
@@ -25,7 +25,8 @@ _RECEIPT_COLUMNS = (
 def _run(row: TupleRow) -> Run:
     run = Run(*row[:12])
     usage = RunUsage(row[12], row[13], float(row[14]), row[15])
-    return replace(run, usage=usage, waiting_for=row[16])
+    flow = None if row[18] is None else RunFlow(row[18], row[19], row[20])
+    return replace(run, usage=usage, waiting_for=row[16], priority=row[17], flow=flow)
 
 
 def _api_key(row: TupleRow) -> ApiKey:

@@ -8,22 +8,46 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from lantern.errors import Conflict, NotFound, StoreError
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.postgres.rows import _KEY_COLUMNS, _RUN_COLUMNS, _api_key, _run
-from lantern.store.records import AgentVersion, ApiKey, Decision, Run, RunStatus, RunUsage
+from lantern.store.records import (
+    AgentVersion,
+    ApiKey,
+    Decision,
+    FlowOf,
+    Run,
+    RunFlow,
+    RunStatus,
+    RunUsage,
+)
 
-# Pins the agent's newest version in the same statement (one round trip per create).
+# Pins the agent's newest version in the same statement (one round trip per create). A
+# version with flow control is not inserted but returned with its settings: the caller renders
+# the run's concurrency key and inserts again pinning that version (``%(version)s``).
 _CREATE_RUN = """
-INSERT INTO runs (id, workspace, agent_name, agent_version, status, input, created_at,
-                  updated_at, idempotency_key, request_digest, parent_run_id)
-SELECT %(id)s, workspace, name, version, %(status)s, %(input)s, %(created)s, %(created)s,
-       %(key)s, %(digest)s, %(parent)s
-FROM agents WHERE workspace = %(workspace)s AND name = %(agent)s
-ORDER BY version DESC LIMIT 1
-RETURNING agent_version
+WITH agent AS (
+    SELECT workspace, name, version, definition -> 'concurrency' AS concurrency,
+           definition -> 'maxConcurrentRuns' AS max_runs
+    FROM agents WHERE workspace = %(workspace)s AND name = %(agent)s
+      AND (%(version)s::int IS NULL OR version = %(version)s::int)
+    ORDER BY version DESC LIMIT 1
+), created AS (
+    INSERT INTO runs (id, workspace, agent_name, agent_version, status, input, created_at,
+                      updated_at, idempotency_key, request_digest, parent_run_id, priority,
+                      flow_key, flow_limit, flow_max)
+    SELECT %(id)s, workspace, name, version, %(status)s, %(input)s, %(created)s, %(created)s,
+           %(key)s, %(digest)s, %(parent)s, %(priority)s, %(flow_key)s, %(flow_limit)s,
+           %(flow_max)s
+    FROM agent
+    WHERE %(version)s::int IS NOT NULL OR NOT %(flow)s
+       OR (concurrency IS NULL AND max_runs IS NULL)
+    RETURNING agent_version
+)
+SELECT a.version, a.concurrency, a.max_runs, EXISTS (SELECT 1 FROM created) FROM agent a
 """
 
 
@@ -76,7 +100,12 @@ class Runs(PostgresConnection):
     # -- runs -------------------------------------------------------------------------
 
     async def create_run(
-        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None = None,
+        request_digest: str | None = None,
+        flow: FlowOf | None = None,
     ) -> Run:
         args = {
             "id": run.id,
@@ -88,7 +117,28 @@ class Runs(PostgresConnection):
             "key": idempotency_key,
             "digest": request_digest,
             "parent": run.parent_id,
+            "priority": run.priority,
+            "version": None,
+            "flow": flow is not None,
+            "flow_key": None,
+            "flow_limit": None,
+            "flow_max": None,
         }
+        row = await self._create(run, args, idempotency_key)
+        settled: RunFlow | None = None
+        if not row[3]:
+            assert flow is not None
+            settled = flow(row[1], row[2])
+            if settled is not None:
+                args.update(
+                    flow_key=settled.key, flow_limit=settled.limit, flow_max=settled.max_runs
+                )
+            row = await self._create(run, {**args, "version": row[0]}, idempotency_key)
+        return replace(run, agent_version=row[0], flow=settled)
+
+    async def _create(
+        self, run: Run, args: dict[str, Any], idempotency_key: str | None
+    ) -> TupleRow:
         try:
             row = await self._fetchone(_CREATE_RUN, args)
         except psycopg.errors.UniqueViolation as exc:
@@ -97,7 +147,7 @@ class Runs(PostgresConnection):
             raise StoreError(f"run {run.id}: {exc}") from exc
         if row is None:
             raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
-        return replace(run, agent_version=row[0])
+        return row
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         row = await self._fetchone(

@@ -5,17 +5,124 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
+from lantern.store.claims import Candidate, Group, pick
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _time
+
+_SERVED = (
+    "INSERT INTO workspace_claims (workspace, claimed_at) VALUES (?, ?)"
+    " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at"
+)
+_COLUMNS = "id, workspace, agent_name, priority, created_at, flow_key, flow_limit, flow_max"
+_UNLEASED = "NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
+
+
+def _candidates(
+    conn: sqlite3.Connection, now: float, limit: int
+) -> tuple[list[Candidate], list[Candidate], list[tuple[Group, int]], dict[str, float]]:
+    """The claim's candidates, as Postgres reads them in one statement (postgres/leases.py):
+    here one indexed probe at a time, each a few microseconds in process."""
+    held = [
+        ((w, a, k), n)
+        for w, a, k, n in conn.execute(
+            "SELECT workspace, agent_name, flow_key, count(*) FROM run_locks"
+            " WHERE flow_key IS NOT NULL AND expires_at > 0"
+            " GROUP BY workspace, agent_name, flow_key"
+        )
+    ]
+    slots = dict(held)
+    queued: list[Candidate] = []
+    workspace = _value(
+        conn.execute(
+            "SELECT workspace FROM runs WHERE status = 'queued' AND flow_key IS NULL"
+            " ORDER BY workspace LIMIT 1"
+        ).fetchall()
+    )
+    while workspace is not None:
+        queued += [
+            Candidate(*r)
+            for r in conn.execute(
+                f"SELECT {_COLUMNS} FROM runs r WHERE workspace = ? AND status = 'queued'"
+                f" AND flow_key IS NULL AND {_UNLEASED} ORDER BY priority DESC, created_at"
+                " LIMIT ?",
+                (workspace, limit),
+            )
+        ]
+        workspace = _value(
+            conn.execute(
+                "SELECT workspace FROM runs WHERE status = 'queued' AND flow_key IS NULL"
+                " AND workspace > ? ORDER BY workspace LIMIT 1",
+                (workspace,),
+            ).fetchall()
+        )
+    group = _one(
+        conn.execute(
+            "SELECT workspace, agent_name, flow_key, flow_limit FROM runs"
+            " WHERE status = 'queued' AND flow_key IS NOT NULL"
+            " ORDER BY workspace, agent_name, flow_key LIMIT 1"
+        ).fetchall()
+    )
+    while group is not None:
+        w, a, k, flow_limit = group
+        free = limit if flow_limit is None else min(limit, flow_limit - slots.get((w, a, k), 0))
+        if free > 0:
+            queued += [
+                Candidate(*r)
+                for r in conn.execute(
+                    f"SELECT {_COLUMNS} FROM runs r WHERE workspace = ? AND agent_name = ?"
+                    " AND flow_key = ? AND status = 'queued'"
+                    f" AND {_UNLEASED} ORDER BY priority DESC, created_at LIMIT ?",
+                    (w, a, k, free),
+                )
+            ]
+        group = _one(
+            conn.execute(
+                "SELECT workspace, agent_name, flow_key, flow_limit FROM runs"
+                " WHERE status = 'queued' AND flow_key IS NOT NULL"
+                " AND (workspace, agent_name, flow_key) > (?, ?, ?)"
+                " ORDER BY workspace, agent_name, flow_key LIMIT 1",
+                (w, a, k),
+            ).fetchall()
+        )
+    woken = [
+        replace(Candidate(*r), woken=True)
+        for r in conn.execute(
+            f"SELECT {_COLUMNS} FROM runs r WHERE status = 'waiting' AND wake_at <= ?"
+            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id"
+            " AND l.expires_at > ?) ORDER BY wake_at LIMIT ?",
+            (now, now, limit),
+        )
+    ]
+    spaces = sorted({c.workspace for c in queued})
+    served = dict(
+        conn.execute(
+            "SELECT workspace, claimed_at FROM workspace_claims"
+            f" WHERE workspace IN ({','.join('?' * len(spaces))})",
+            spaces,
+        ).fetchall()
+    )
+    return queued, woken, held, served
+
+
+def _one(rows: list[Any]) -> Any:
+    # fetchall, not fetchone: a statement left unfinished is compiled again by the next call.
+    return rows[0] if rows else None
+
+
+def _value(rows: list[Any]) -> Any:
+    return rows[0][0] if rows else None
 
 
 class Leases(SQLiteConnection):
     # Wins a free or expired lease; ``reclaim`` also lets a worker id take back its own.
     _UPSERT_LEASE = (
-        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch) VALUES (?, ?, ?, 1)"
+        "INSERT INTO run_locks (run_id, worker_id, expires_at, epoch, workspace, agent_name,"
+        " flow_key) SELECT id, ?, ?, 1, workspace, agent_name, flow_key FROM runs WHERE id = ?"
         " ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,"
         " expires_at = excluded.expires_at, epoch = run_locks.epoch + 1"
         " WHERE run_locks.expires_at <= ? OR (? AND run_locks.worker_id = excluded.worker_id)"
@@ -27,7 +134,7 @@ class Leases(SQLiteConnection):
     ) -> Lease | None:
         now = time.time()
         row = conn.execute(
-            self._UPSERT_LEASE, (run_id, worker_id, now + ttl, now, reclaim)
+            self._UPSERT_LEASE, (worker_id, now + ttl, run_id, now, reclaim)
         ).fetchone()
         return None if row is None else Lease(run_id, worker_id, int(row[0]))
 
@@ -48,7 +155,8 @@ class Leases(SQLiteConnection):
     async def _steal(
         self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
     ) -> list[Orphan]:
-        # Expired leases (oldest expiry first), then queued runs never leased: as in Postgres.
+        # Expired leases (oldest expiry first), then what lantern/store/claims.py picks from
+        # the candidates read as in Postgres (see there), in one write transaction.
         marks = ",".join("?" * len(statuses))
         expired = (
             "SELECT r.id, l.worker_id, l.expires_at FROM run_locks l"
@@ -56,49 +164,30 @@ class Leases(SQLiteConnection):
             f" WHERE l.expires_at > 0 AND l.expires_at <= ? AND r.status IN ({marks})"
             " ORDER BY l.expires_at LIMIT ?"
         )
-        # Fair across workspaces: the oldest queued run of each workspace in turn, starting
-        # with the workspace served least recently, so one tenant's backlog cannot starve
-        # the others.
-        unleased = (
-            "SELECT id, NULL, NULL FROM (SELECT r.id, r.created_at, ROW_NUMBER() OVER"
-            " (PARTITION BY r.workspace ORDER BY r.created_at) AS turn,"
-            " COALESCE(c.claimed_at, 0) AS served FROM runs r"
-            " LEFT JOIN workspace_claims c ON c.workspace = r.workspace"
-            " WHERE r.status = 'queued'"
-            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
-            " ORDER BY turn, served, created_at LIMIT ?"
-        )
-        served = (
-            "INSERT INTO workspace_claims (workspace, claimed_at)"
-            " SELECT DISTINCT workspace, ? FROM runs WHERE id = ?"
-            " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at"
-        )
-        # Parked runs that are due: woken by a decision, a finished child or a timeout.
-        woken = (
-            "SELECT r.id, NULL, NULL FROM runs r WHERE r.status = 'waiting' AND r.wake_at <= ?"
-            " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id"
-            " AND l.expires_at > ?) ORDER BY r.wake_at LIMIT ?"
-        )
 
         def tx(conn: sqlite3.Connection) -> list[Orphan]:
             now = time.time()
             found = conn.execute(expired, (now, *statuses, limit)).fetchall()
-            if "queued" in statuses and len(found) < limit:
-                queued = conn.execute(unleased, (limit - len(found),)).fetchall()
-                for row in queued:
-                    conn.execute(served, (now, row[0]))
-                found += queued
-            if "queued" in statuses and len(found) < limit:
-                found += conn.execute(woken, (now, now, limit - len(found))).fetchall()
-            return [
+            orphans = [
                 Orphan(
                     run_id,
                     self._upsert_lease(conn, run_id, worker_id, ttl, False),
                     previous,
-                    None if expired is None else _time(expired),
+                    _time(expired_at),
                 )
-                for run_id, previous, expired in found
+                for run_id, previous, expired_at in found
             ]
+            if "queued" not in statuses or len(orphans) >= limit:
+                return orphans
+            chosen = pick(*_candidates(conn, now, limit - len(orphans)), limit - len(orphans))
+            for c in chosen:
+                lease = self._upsert_lease(conn, c.id, worker_id, ttl, False)
+                if lease is None:
+                    continue
+                orphans.append(Orphan(c.id, lease, None, None))
+                if not c.woken:
+                    conn.execute(_SERVED, (c.workspace, now))
+            return orphans
 
         return await self._write(tx)
 

@@ -6,12 +6,12 @@ import sqlite3
 from datetime import UTC, datetime
 
 from lantern.store.codec import loads_or_none
-from lantern.store.records import ApiKey, Delivery, Event, Run, RunUsage
+from lantern.store.records import ApiKey, Delivery, Event, Run, RunFlow, RunUsage
 
 _RUN_COLUMNS = (
     "id, workspace, agent_name, agent_version, status, input, output, error, created_at,"
     " updated_at, cancel_requested, parent_run_id, input_tokens, output_tokens, cost_usd,"
-    " model_calls, waiting_for"
+    " model_calls, waiting_for, priority, flow_key, flow_limit, flow_max"
 )
 _EVENT_COLUMNS = "run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash"
 
@@ -36,6 +36,8 @@ def _run(row: sqlite3.Row) -> Run:
         parent_id=row[11],
         usage=RunUsage(row[12], row[13], row[14], row[15]),
         waiting_for=row[16],
+        priority=row[17],
+        flow=None if row[18] is None else RunFlow(row[18], row[19], row[20]),
     )
 
 

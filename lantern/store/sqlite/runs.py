@@ -11,7 +11,16 @@ from typing import Any
 
 from lantern.errors import Conflict, NotFound, StoreError
 from lantern.store.codec import dumps, loads_or_none
-from lantern.store.records import AgentVersion, ApiKey, Decision, Run, RunStatus, RunUsage
+from lantern.store.records import (
+    AgentVersion,
+    ApiKey,
+    Decision,
+    FlowOf,
+    Run,
+    RunFlow,
+    RunStatus,
+    RunUsage,
+)
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _RUN_COLUMNS, _api_key, _run, _time, violated
 
@@ -70,37 +79,64 @@ class Runs(SQLiteConnection):
     # -- runs -------------------------------------------------------------------------
 
     async def create_run(
-        self, run: Run, *, idempotency_key: str | None = None, request_digest: str | None = None
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None = None,
+        request_digest: str | None = None,
+        flow: FlowOf | None = None,
     ) -> Run:
+        # The newest version, read in the transaction that inserts the run pinned to it.
+        newest = (
+            "SELECT version, definition -> '$.concurrency', definition -> '$.maxConcurrentRuns'"
+            " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
+        )
         sql = (
             "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
-            " created_at, updated_at, idempotency_key, request_digest, parent_run_id)"
-            " SELECT ?, workspace, name, version, ?, ?, ?, ?, ?, ?, ?"
-            " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
-            " RETURNING agent_version"
+            " created_at, updated_at, idempotency_key, request_digest, parent_run_id, priority,"
+            " flow_key, flow_limit, flow_max) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         created = run.created_at.timestamp()
-        args = (
-            run.id,
-            run.status,
-            dumps(run.input),
-            created,
-            created,
-            idempotency_key,
-            request_digest,
-            run.parent_id,
-            run.workspace,
-            run.agent_name,
-        )
+
+        def tx(conn: sqlite3.Connection) -> tuple[int, RunFlow | None] | None:
+            agent = conn.execute(newest, (run.workspace, run.agent_name)).fetchone()
+            if agent is None:
+                return None
+            version, concurrency, max_runs = agent
+            settled = None
+            if flow is not None and (concurrency is not None or max_runs is not None):
+                settled = flow(loads_or_none(concurrency), loads_or_none(max_runs))
+            conn.execute(
+                sql,
+                (
+                    run.id,
+                    run.workspace,
+                    run.agent_name,
+                    version,
+                    run.status,
+                    dumps(run.input),
+                    created,
+                    created,
+                    idempotency_key,
+                    request_digest,
+                    run.parent_id,
+                    run.priority,
+                    None if settled is None else settled.key,
+                    None if settled is None else settled.limit,
+                    None if settled is None else settled.max_runs,
+                ),
+            )
+            return version, settled
+
         try:
-            row = await self._write(lambda c: c.execute(sql, args).fetchone())
+            row = await self._write(tx)
         except sqlite3.IntegrityError as exc:
             if violated(exc) == "runs_by_idempotency_key":
                 raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
             raise StoreError(f"run {run.id}: {exc}") from exc
         if row is None:
             raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
-        return replace(run, agent_version=row[0])
+        return replace(run, agent_version=row[0], flow=row[1])
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         sql = (

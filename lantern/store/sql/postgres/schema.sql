@@ -31,6 +31,10 @@ CREATE TABLE runs (
     cost_usd         double precision NOT NULL DEFAULT 0,
     model_calls      integer NOT NULL DEFAULT 0,
     waiting_for      text,
+    priority         smallint NOT NULL DEFAULT 5,
+    flow_key         text,
+    flow_limit       integer,
+    flow_max         integer,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -47,7 +51,10 @@ CREATE TABLE run_locks (
     run_id      text        PRIMARY KEY REFERENCES runs (id),
     worker_id   text        NOT NULL,
     expires_at  timestamptz NOT NULL,
-    epoch       bigint      NOT NULL
+    epoch       bigint      NOT NULL,
+    workspace   text,
+    agent_name  text,
+    flow_key    text
 );
 CREATE INDEX run_locks_by_worker ON run_locks (worker_id);
 CREATE INDEX run_locks_expiring ON run_locks (expires_at) WHERE expires_at > 'epoch';
@@ -257,3 +264,12 @@ CREATE TABLE signals (
 CREATE INDEX signals_by_run ON signals (run_id, name, position);
 CREATE UNIQUE INDEX signals_by_key ON signals (run_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- The claim's queues: each workspace's runs with no flow control, and each flow group's runs,
+-- both in start order (higher priority, then older first).
+CREATE INDEX runs_queued_free ON runs (workspace, priority DESC, created_at)
+    WHERE status = 'queued' AND flow_key IS NULL;
+CREATE INDEX runs_queued_flow ON runs (workspace, agent_name, flow_key, priority DESC, created_at)
+    WHERE status = 'queued' AND flow_key IS NOT NULL;
+CREATE INDEX run_locks_flow ON run_locks (workspace, agent_name, flow_key)
+    WHERE flow_key IS NOT NULL AND expires_at > 'epoch';

@@ -1,0 +1,102 @@
+"""Which queued and woken runs a claim takes: flow control decided in one place, for both
+backends (docs/flow-control.md).
+
+Each backend's claim reads, under a lock that orders claims across replicas, a bounded set of
+candidates through its indexes: the head of each workspace's queue of runs without flow
+control, the head of each flow group's queue (as many as the group's free slots), the due
+parked runs, how many runs hold a slot of each flow group, and when each workspace was last
+served. ``pick`` then chooses, and the backend leases what it chose in the same transaction.
+
+The rules, in order:
+
+- a run under flow control starts only while its group (agent and concurrency key) holds fewer
+  than ``limit`` slots and its agent fewer than ``maxConcurrentRuns``; a run holds a slot
+  from its claim until it parks or finishes (its lease is unreleased);
+- due parked runs resume first (they started before anything queued), within those limits;
+- queued runs are taken round-robin across workspaces, the workspace served least recently
+  first; within a workspace, higher priority first, then the oldest.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Group = tuple[str, str, str]  # (workspace, agent, concurrency key)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    workspace: str
+    agent_name: str
+    priority: int
+    created_at: Any  # sortable: the backend's timestamp
+    flow_key: str | None  # None: no flow control
+    flow_limit: int | None
+    flow_max: int | None
+    woken: bool = False  # a due parked run, not a queued one
+
+    @property
+    def group(self) -> Group:
+        return (self.workspace, self.agent_name, self.flow_key or "")
+
+
+class Slots:
+    """Slots held per flow group and per agent, taken as runs are picked."""
+
+    def __init__(self, held: Iterable[tuple[Group, int]]) -> None:
+        self.groups: dict[Group, int] = defaultdict(int)
+        self.agents: dict[tuple[str, str], int] = defaultdict(int)
+        for group, n in held:
+            self.groups[group] += n
+            self.agents[group[:2]] += n
+
+    def take(self, c: Candidate) -> bool:
+        if c.flow_key is None:
+            return True
+        agent = (c.workspace, c.agent_name)
+        if c.flow_limit is not None and self.groups[c.group] >= c.flow_limit:
+            return False
+        if c.flow_max is not None and self.agents[agent] >= c.flow_max:
+            return False
+        self.groups[c.group] += 1
+        self.agents[agent] += 1
+        return True
+
+
+def pick(
+    queued: Iterable[Candidate],
+    woken: Iterable[Candidate],
+    held: Iterable[tuple[Group, int]],
+    served: Mapping[str, Any],
+    limit: int,
+) -> list[Candidate]:
+    """The runs to take, at most ``limit``: ``queued`` and ``woken`` are the candidates (any
+    order), ``held`` the slots each flow group holds now, ``served`` when each workspace was
+    last served (absent: never, so first)."""
+    slots = Slots(held)
+    chosen: list[Candidate] = []
+    for c in woken:
+        if len(chosen) < limit and slots.take(c):
+            chosen.append(c)
+    queues: dict[str, list[Candidate]] = defaultdict(list)
+    for c in queued:
+        queues[c.workspace].append(c)
+    for q in queues.values():
+        q.sort(key=lambda c: (-c.priority, c.created_at, c.id), reverse=True)  # pop() = next
+    order = sorted(queues, key=lambda w: (w in served, served.get(w) or 0, w))
+    while len(chosen) < limit and order:
+        for workspace in list(order):
+            q = queues[workspace]
+            while q and not slots.take(q[-1]):
+                q.pop()  # its group is full: later runs of this workspace may still start
+            if not q:
+                order.remove(workspace)
+                continue
+            chosen.append(q.pop())
+            if len(chosen) >= limit:
+                break
+    return chosen

@@ -1,0 +1,101 @@
+"""Flow control in the claim (docs/flow-control.md), on SQLite and PostgreSQL alike: a key at
+its limit starts nothing more until a run of it finishes or parks, maxConcurrentRuns bounds the
+agent, priority orders the runs that may start, and one workspace's backlog does not delay
+another's run. A run is claimed alike whatever its agent's kind: a graph definition stands here
+for all four (tests/integration/test_flow_control.py drives graph and code-first runs)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from lantern.engine.runs import create_run
+from lantern.errors import UsageError
+from lantern.store import Append, RunUpdate, Store
+from tests.conformance.helpers import DEFINITION, ev
+from tests.queue_fill import fill
+
+
+async def agent(store: Store, name: str, workspace: str = "default", **flow: Any) -> None:
+    await store.put_agent(workspace, name, {**DEFINITION, "name": name, **flow})
+
+
+async def claim(store: Store, limit: int = 10) -> list[str]:
+    return [lease.run_id for lease in await store.claim_runs("w", 60, limit, ("queued",))]
+
+
+async def end(store: Store, run_id: str, status: Any) -> None:
+    """Open the claimed run and finish or park it, as its drive would."""
+    lease = await store.acquire_lease(run_id, "w", 60)
+    assert lease is not None
+    await store.append(Append(lease, (ev(1, "run_started"),), RunUpdate("running")))
+    await store.append(Append(lease, (ev(2, "run_ended"),), RunUpdate(status)))
+
+
+async def test_a_key_at_its_limit_waits_for_a_run_to_finish_or_park(store: Store) -> None:
+    await agent(store, "per-customer", concurrency={"key": "{{ input.customer }}", "limit": 1})
+    acme = [(await create_run(store, "per-customer", {"customer": "acme"})).id for _ in range(3)]
+    bolt = await create_run(store, "per-customer", {"customer": "bolt"})
+    assert bolt.flow is not None and bolt.flow.key == "bolt"
+    assert sorted(await claim(store)) == sorted([acme[0], bolt.id])
+    assert await claim(store) == []  # acme's slot is held: claimed, then running
+    await end(store, acme[0], "succeeded")
+    assert await claim(store) == [acme[1]]  # in the order they were created
+    await end(store, acme[1], "waiting")  # a parked run holds no slot
+    assert await claim(store) == [acme[2]]
+
+
+async def test_max_concurrent_runs_bounds_the_agent_whatever_the_key(store: Store) -> None:
+    await agent(
+        store,
+        "bounded",
+        concurrency={"key": "{{ input.customer }}", "limit": 5},
+        maxConcurrentRuns=2,
+    )
+    runs = [(await create_run(store, "bounded", {"customer": f"c{i}"})).id for i in range(4)]
+    assert await claim(store) == runs[:2]
+    await end(store, runs[0], "failed")
+    assert await claim(store) == [runs[2]]
+
+
+async def test_a_higher_priority_starts_first_then_the_oldest(store: Store) -> None:
+    await agent(store, "plain-queue")
+    low = await create_run(store, "plain-queue", {}, priority=1)
+    mid = await create_run(store, "plain-queue", {})
+    high = await create_run(store, "plain-queue", {}, priority=9)
+    later_high = await create_run(store, "plain-queue", {}, priority=9)
+    assert (mid.priority, high.priority) == (5, 9)
+    assert [await claim(store, 1) for _ in range(4)] == [
+        [high.id],
+        [later_high.id],
+        [mid.id],
+        [low.id],
+    ]
+    with pytest.raises(UsageError, match="priority"):
+        await create_run(store, "plain-queue", {}, priority=10)
+
+
+async def test_a_backlog_of_5000_does_not_delay_another_workspaces_run(
+    store: Store, database_url: str
+) -> None:
+    await agent(store, "busy", "busy")
+    fill(database_url, "busy", "busy", 5000)
+    await agent(store, "lone", "lone")
+    lone = await create_run(store, "lone", {}, "lone")
+    started = time.perf_counter()
+    first = await claim(store, 4)
+    took = time.perf_counter() - started
+    assert lone.id in first, "the lone workspace's run waited behind the backlog"
+    assert len(first) == 4
+    # The next claim goes on with the backlog, oldest first.
+    assert await claim(store, 2) == ["bulk-busy-000000003", "bulk-busy-000000004"]
+    assert took < 1.0, f"one claim over 5,000 queued runs took {took:.3f} s"
+
+
+async def test_a_key_that_does_not_render_refuses_the_run(store: Store) -> None:
+    await agent(store, "keyed", concurrency={"key": "{{ input.customer.id }}", "limit": 1})
+    with pytest.raises(UsageError, match=r"concurrency\.key"):
+        await create_run(store, "keyed", {"other": 1})
+    assert await store.list_runs("default") == []
