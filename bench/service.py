@@ -81,6 +81,7 @@ RATIO_TARGET = 1.3  # HTTP / in-process, sequential and 32 at a time
 P50_TARGET_MS = 5.0  # 1-step run, POST -> finished, SQLite
 P99_TARGET_MS = 20.0
 WAIT_S = 30
+GIVE_UP_S = 600  # a run not finished by then fails the bench
 
 # -- the app `lantern serve` loads (and this process uses in-process) -----------------------
 
@@ -181,7 +182,12 @@ class Connection:
         body = json.dumps({"agentName": agent, "input": {"n": n}}).encode()
         path = f"/v1/runs?wait={WAIT_S}" if one_request else "/v1/runs"
         run = await self.request("POST", path, body, f"Idempotency-Key: {key}\r\n")
-        if run["status"] not in ("succeeded", "failed", "cancelled"):
+        deadline = time.monotonic() + GIVE_UP_S
+        # A wait that ends with the run unfinished (a loaded machine, 256 in flight) is
+        # followed by another, as a client does, until the bench gives up on the run.
+        while run["status"] not in ("succeeded", "failed", "cancelled"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"run {run['id']} still {run['status']} after {GIVE_UP_S} s")
             run = await self.request("GET", f"/v1/runs/{run['id']}?wait={WAIT_S}")
         if run["status"] != "succeeded":
             raise RuntimeError(f"run {run['id']} ended {run['status']}: {run.get('error')}")
