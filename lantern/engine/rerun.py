@@ -71,6 +71,8 @@ async def retry_run(
         error=None,
         created_at=now,
         updated_at=now,
+        priority=original.priority,
+        flow=original.flow,  # the same version and input: the same key, under the same limits
     )
     events = opening(run.id, original.id, from_step, journal, redo, graph)
     return await store.create_retry(run, events)

@@ -2,17 +2,21 @@
 its limit starts nothing more until a run of it finishes or parks, maxConcurrentRuns bounds the
 agent, priority orders the runs that may start, and one workspace's backlog does not delay
 another's run. A run is claimed alike whatever its agent's kind: a graph definition stands here
-for all four (tests/integration/test_flow_control.py drives graph and code-first runs)."""
+for all four once its create has read the settings of its kind, as the first test shows
+(tests/integration/test_flow_control.py drives graph, plain and code-first runs)."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from lantern.engine.runs import create_run
-from lantern.errors import UsageError
+import lantern
+from lantern.engine.runs import apply_agent, create_run
+from lantern.errors import DefinitionError, UsageError
+from lantern.ids import new_run_id
 from lantern.store import Append, RunUpdate, Store
 from tests.conformance.helpers import DEFINITION, ev
 from tests.queue_fill import fill
@@ -32,6 +36,37 @@ async def end(store: Store, run_id: str, status: Any) -> None:
     assert lease is not None
     await store.append(Append(lease, (ev(1, "run_started"),), RunUpdate("running")))
     await store.append(Append(lease, (ev(2, "run_ended"),), RunUpdate(status)))
+
+
+KEY = {"key": "{{ input.customer }}", "limit": 1}
+TRIGGER = {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}
+
+
+async def test_every_kind_of_agent_puts_its_runs_under_its_flow_control(store: Store) -> None:
+    app = lantern.App()
+
+    @app.agent("code", concurrency=KEY, max_concurrent_runs=3)
+    async def code(ctx: lantern.Context, customer: str) -> str:
+        return customer
+
+    runtime = {"tier": "microvm", "entrypoint": "jobs:scrape"}
+    for definition in (
+        {"name": "graph", "concurrency": KEY, "maxConcurrentRuns": 3, "graph": TRIGGER},
+        {"name": "plain", "model": "offline/echo", "concurrency": KEY, "maxConcurrentRuns": 3},
+        {"name": "vm", "runtime": runtime, "concurrency": KEY, "maxConcurrentRuns": 3},
+    ):
+        await apply_agent(store, definition)
+    for name in ("graph", "plain", "vm", "code"):
+        run = await create_run(store, name, {"customer": "acme"}, app=app)
+        assert run.flow is not None and (run.flow.key, run.flow.limit) == ("acme", 1), name
+        assert run.flow.max_runs == 3
+        assert (await store.get_run(run.id)) == run
+    bad = {"key": "{{ input.customer", "limit": 0}
+    with pytest.raises(DefinitionError) as refused:
+        await apply_agent(store, {"name": "bad", "concurrency": bad, "graph": TRIGGER})
+    assert len(refused.value.problems) == 2  # the template and the limit, together
+    with pytest.raises(UsageError, match="max_concurrent_runs"):
+        app.agent("worse", max_concurrent_runs=0)(code)
 
 
 async def test_a_key_at_its_limit_waits_for_a_run_to_finish_or_park(store: Store) -> None:
@@ -99,3 +134,13 @@ async def test_a_key_that_does_not_render_refuses_the_run(store: Store) -> None:
     with pytest.raises(UsageError, match=r"concurrency\.key"):
         await create_run(store, "keyed", {"other": 1})
     assert await store.list_runs("default") == []
+
+
+async def test_a_retried_run_waits_for_its_keys_slot(store: Store) -> None:
+    await agent(store, "per-customer", concurrency=KEY)
+    first = await create_run(store, "per-customer", {"customer": "acme"})
+    assert await claim(store) == [first.id]
+    retry = await store.create_retry(replace(first, id=new_run_id(), status="waiting"), [])
+    assert await claim(store) == []  # due at once, but acme's slot is held
+    await end(store, first.id, "failed")
+    assert await claim(store) == [retry.id]

@@ -65,6 +65,14 @@ def test_one_run_per_key_in_flight_across_two_replicas(
             for definition in (graph_agent("graph-per-customer"), plain):
                 put = http.put(f"{a.url}/v1/agents/{definition['name']}", json=definition)
                 assert put.status_code == 200, put.text
+            bad = {**plain, "name": "bad", "concurrency": {"key": "{{ input.", "limit": 1}}
+            refused = http.put(f"{a.url}/v1/agents/bad", json=bad)
+            assert refused.status_code == 422 and "concurrency.key" in refused.json()["detail"]
+            for priority in (10, -1, "9", 2.5):
+                body = {"agentName": "plain-per-customer", "input": "x", "priority": priority}
+                answer = http.post(f"{a.url}/v1/runs", json=body)
+                assert answer.status_code == 422, (priority, answer.text)
+                assert answer.headers["content-type"] == "application/problem+json"
             bodies = []
             for _ in range(RUNS_PER_KEY):
                 for customer in ("acme", "bolt"):

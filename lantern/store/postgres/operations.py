@@ -27,9 +27,9 @@ ORDER BY e.at, e.run_id LIMIT %s
 _RETRY = """
 WITH created AS (
     INSERT INTO runs (id, workspace, agent_name, agent_version, status, input, created_at,
-                      updated_at, wake_at)
+                      updated_at, wake_at, priority, flow_key, flow_limit, flow_max)
     VALUES (%(id)s, %(workspace)s, %(agent)s, %(version)s, 'waiting', %(input)s, %(created)s,
-            %(created)s, now())
+            %(created)s, now(), %(priority)s, %(flow_key)s, %(flow_limit)s, %(flow_max)s)
     RETURNING id
 ), stored_blobs AS (
     INSERT INTO blobs (digest, body)
@@ -60,6 +60,10 @@ class Operations(PostgresConnection):
             "version": run.agent_version,
             "input": Jsonb(run.input),
             "created": run.created_at,
+            "priority": run.priority,
+            "flow_key": None if run.flow is None else run.flow.key,
+            "flow_limit": None if run.flow is None else run.flow.limit,
+            "flow_max": None if run.flow is None else run.flow.max_runs,
             "events": dumps(_event_rows(events)),
             "blobs": _blob_rows(events),
         }

@@ -40,7 +40,8 @@ class Operations(SQLiteConnection):
         def tx(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
-                " created_at, updated_at, wake_at) VALUES (?, ?, ?, ?, 'waiting', ?, ?, ?, ?)",
+                " created_at, updated_at, wake_at, priority, flow_key, flow_limit, flow_max)"
+                " VALUES (?, ?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run.id,
                     run.workspace,
@@ -50,6 +51,10 @@ class Operations(SQLiteConnection):
                     run.created_at.timestamp(),
                     run.created_at.timestamp(),
                     now,
+                    run.priority,
+                    None if run.flow is None else run.flow.key,
+                    None if run.flow is None else run.flow.limit,
+                    None if run.flow is None else run.flow.max_runs,
                 ),
             )
             blobs = [(e.blob.digest, e.blob.body) for e in events if e.blob is not None]
