@@ -19,10 +19,10 @@ from typing import Any
 from lantern.app import ToolContext
 from lantern.engine import turns
 from lantern.engine.anomalies import signature
-from lantern.engine.drive import Drive, DriveHost
+from lantern.engine.drive import Drive, DriveHost, attempts
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
-from lantern.engine.ledger import Attempt, Completed, Due, Exit, Failed, Retry, encoded, no_usage
+from lantern.engine.ledger import Attempt, Due, Exit, Failed, Retry, encoded, no_usage
 from lantern.engine.live import OnText
 from lantern.engine.retries import RetryPolicy
 from lantern.engine.spend import gate
@@ -87,45 +87,20 @@ class Conversation(Drive):
     async def _perform(
         self, action: turns.CallModel | turns.CallTool, attempt: int, due: int | None
     ) -> Step | None:
-        if due is not None:  # a retry: wait out its backoff, then journal its start
-            if not await self.backoff(due):
-                await self.cancel([])
-                return None
-            await self.commit([self.start(action.step, attempt, _start_data(action))])
-        model = isinstance(action, turns.CallModel)
-        work = self._invoke(action, attempt)
-        task = self.perform(action.step, attempt, work, self.timeout if model else None)
-        cancel = asyncio.ensure_future(self.cancelled.wait())
+        """One step (a model turn, a tool call), its retries included, then what follows it
+        journaled with the next step's start; None once the drive stops."""
+        turn = _Turn(self, action)
         try:
-            await asyncio.wait([task, cancel], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancel.cancel()
-        waited: list[str] = []
-        if not task.done():
-            if self._interruptible(action):
-                await self.cancel([], [task])
-                return None
-            # A sync tool runs in a thread, which cannot be interrupted: its return is the
-            # next step boundary, where the run stops with what the tool did journaled.
-            waited = [action.step]
-            self.waits_for_thread(waited)
-            await asyncio.wait([task])
-        exc = task.exception()
-        if exc is not None and not isinstance(exc, StepError):
-            raise exc
-        outcome = exc if exc is not None else task.result()
-        # A tool call's failure goes back to the model; only a model turn, or a tool call
-        # whose server was down, is retried (under the agent's policy).
-        retried = model or isinstance(outcome, ToolUnavailable)
-        done = self.settle(
-            action.step,
-            attempt,
-            outcome,
-            self.policy if retried else _NEVER,
-            journal_usage if model else no_usage,
-        )
-        if not isinstance(done.next, Completed):
-            return await self._failed(action, done)
+            done = await attempts(turn, attempt, due, False)  # its first start went with _next
+        except _Stopped:
+            return None
+        if done is None:
+            return None
+        if isinstance(done.next, Failed):
+            ended, update = self.step_ended_run(action.step, done.next.error)
+            await self.commit([*done.events, ended], update)
+            return None
+        waited = turn.waited
         events = done.events
         self.ensure_live()
         if self.cancelled.is_set():
@@ -151,18 +126,6 @@ class Conversation(Drive):
         ):
             return [signature(action.step, _start_data(action))]
         return []
-
-    async def _failed(self, action: turns.CallModel | turns.CallTool, done: Exit) -> Step | None:
-        """A retry (its backoff journaled, so it survives a crash), or the run's failure."""
-        if isinstance(done.next, Failed):
-            end, update = self.step_ended_run(action.step, done.next.error)
-            await self.commit([*done.events, end], update)
-            return None
-        assert isinstance(done.next, Retry)
-        await self.commit(done.events)
-        if self.host.stopping.is_set():
-            return None
-        return action, done.next.attempt, done.next.due_ms
 
     async def _invoke(self, action: turns.CallModel | turns.CallTool, attempt: int) -> Any:
         key = self.key(action.step, attempt)
@@ -246,6 +209,72 @@ class Conversation(Drive):
             unstorable = "returned a value the journal cannot store"
             return {"error": f"tool {action.tool!r} {unstorable}: {problem}"}
         return result
+
+
+class _Stopped(Exception):
+    """The drive stopped (cancelled) while a step attempt ran."""
+
+
+class _Turn:
+    """How a plain agent's step journals its attempts (``drive.attempts``): a retry's
+    ``step_retrying`` and start are committed on their own; the last attempt's outcome goes
+    with what follows it (``Conversation._perform``)."""
+
+    __slots__ = ("action", "c", "waited")
+
+    def __init__(self, c: Conversation, action: turns.CallModel | turns.CallTool) -> None:
+        self.c, self.action = c, action
+        self.waited: list[str] = []  # a sync tool the cancellation had to wait for
+
+    async def backoff(self, due_ms: int) -> bool:
+        c = self.c
+        if c.host.stopping.is_set():
+            return False  # a clean stop: the retry is journaled, whoever drives next runs it
+        if await c.backoff(due_ms):
+            return True
+        await c.cancel([])
+        return False
+
+    async def ready(self, attempt: int, start: bool) -> None:
+        if start:
+            action = self.action
+            await self.c.commit([self.c.start(action.step, attempt, _start_data(action))])
+
+    async def attempt(self, attempt: int) -> Any:
+        c, action = self.c, self.action
+        model = isinstance(action, turns.CallModel)
+        work = c._invoke(action, attempt)
+        task = c.perform(action.step, attempt, work, c.timeout if model else None)
+        cancel = asyncio.ensure_future(c.cancelled.wait())
+        try:
+            await asyncio.wait([task, cancel], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel.cancel()
+        if not task.done():
+            if c._interruptible(action):
+                await c.cancel([], [task])
+                raise _Stopped
+            # A sync tool runs in a thread, which cannot be interrupted: its return is the
+            # next step boundary, where the run stops with what the tool did journaled.
+            self.waited = [action.step]
+            c.waits_for_thread(self.waited)
+            await asyncio.wait([task])
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, StepError):
+            raise exc
+        return exc if exc is not None else task.result()
+
+    async def settled(self, attempt: int, outcome: Any) -> Exit:
+        c, action = self.c, self.action
+        model = isinstance(action, turns.CallModel)
+        # A tool call's failure goes back to the model; only a model turn, or a tool call
+        # whose server was down, is retried (under the agent's policy).
+        retried = model or isinstance(outcome, ToolUnavailable)
+        policy = c.policy if retried else _NEVER
+        done = c.settle(action.step, attempt, outcome, policy, journal_usage if model else no_usage)
+        if isinstance(done.next, Retry):
+            await c.commit(done.events)  # its due time survives a crash
+        return done
 
 
 def _start_data(action: turns.CallModel | turns.CallTool) -> dict[str, Any]:

@@ -24,6 +24,11 @@ workload's reports); how it journals what it does does not, and lives here:
   back, or a failure when the journal cannot store it), a retry with its due time
   (``step_retrying``, which survives a crash; ``backoff`` waits it out) or the step's
   failure; ``run_failed``, ``step_ended_run``, ``succeeded`` and ``cancel`` end the run.
+  ``attempts`` is the one retry loop of a step run one attempt after another (a plain
+  agent's turn, a code-first step, a microVM's model or tool call): wait out a due retry,
+  journal the start, perform, settle, again while the ledger says retry; each kind says how
+  it journals (``Attempts``). A graph settles concurrent steps in batches, so its retries
+  wait on timers between batches (``GraphDrive``), deciding through the same ledger.
   ``key`` and ``deliveries`` give a step attempt its idempotency key and its claimed
   deliveries, fenced by the drive's lease.
 - **Anomalies** (``anomalies``): the detector finds them, the ledger journals them and
@@ -77,7 +82,7 @@ from lantern.engine.cancel import finish_if_free
 from lantern.engine.commits import WriteHealth
 from lantern.engine.journal import RunState, recovery
 from lantern.engine.leases import LeaseKeeper
-from lantern.engine.ledger import Exit, Ledger, Usage, no_usage, step_error
+from lantern.engine.ledger import Exit, Ledger, Retry, Usage, no_usage, step_error
 from lantern.engine.live import LiveText
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError, StoreError
@@ -119,6 +124,40 @@ class DriveHost(Protocol):
 
 
 log = logging.getLogger("lantern.runner")
+
+
+class Attempts(Protocol):
+    """How one kind of run journals the attempts of one step (``attempts``)."""
+
+    async def backoff(self, due_ms: int) -> bool:
+        """Wait until a retry is due (epoch ms); False: stop instead (a cancel, a clean stop)."""
+        ...
+
+    async def ready(self, attempt: int, start: bool) -> None:
+        """Before the attempt runs: journal its ``step_started`` when ``start`` (write-ahead)."""
+
+    async def attempt(self, attempt: int) -> Any:
+        """Run the attempt: its value, or the StepError it failed with."""
+
+    async def settled(self, attempt: int, outcome: Any) -> Exit:
+        """The ledger's exit for the attempt's outcome, its events journaled (or queued for
+        the kind's next commit)."""
+        ...
+
+
+async def attempts(io: Attempts, attempt: int, due_ms: int | None, start: bool) -> Exit | None:
+    """The one retry loop: from attempt ``attempt`` (due at ``due_ms`` when a retry's backoff
+    is still to wait out; ``start``: its start is not journaled yet) until the ledger says
+    completed or failed, each retry waiting until its journaled due time; None when
+    ``io.backoff`` stopped it."""
+    while True:
+        if due_ms is not None and not await io.backoff(due_ms):
+            return None
+        await io.ready(attempt, start or due_ms is not None)
+        done = await io.settled(attempt, await io.attempt(attempt))
+        if not isinstance(done.next, Retry):
+            return done
+        attempt, due_ms, start = done.next.attempt, done.next.due_ms, True
 
 
 async def under_lease(

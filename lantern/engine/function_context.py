@@ -27,7 +27,7 @@ from lantern.effects.claims import Deliveries
 from lantern.engine import call_args, determinism, signals
 from lantern.engine import events as ev
 from lantern.engine.children import start_child
-from lantern.engine.drive import DriveHost
+from lantern.engine.drive import DriveHost, attempts
 from lantern.engine.function_waits import resolved
 from lantern.engine.ledger import (
     Attempt,
@@ -42,7 +42,6 @@ from lantern.engine.ledger import (
     Parked,
     Raise,
     Replay,
-    Retry,
     Usage,
     no_usage,
 )
@@ -372,33 +371,16 @@ class EngineContext(Context):
         if isinstance(entry, Raise):
             raise FailedStep(step, entry.error)
         assert not isinstance(entry, Nondeterminism)  # claim() has stopped the function
-        attempt = entry.attempt
-        due = entry.due_ms if isinstance(entry, Due) else None
-        start = isinstance(entry, Due) or (isinstance(entry, Attempt) and entry.start)
-        while True:
-            if due is not None:  # a retry's backoff, after a crash or a park too
-                await d.backoff(due, d.halt)
-                if d.must_stop():
-                    await d.stopped()
-            if start:
-                await d.emit([(ev.STEP_STARTED, data, step, attempt)])
-            await d.durable()
-            if d.must_stop():
-                await d.stopped()
-            d.check_live()
-            outcome = await self._attempt(step, attempt, work, limit)
-            done = d.settle(step, attempt, outcome, policy, usage)
-            if isinstance(done.next, Completed):
-                d.add(done.events[-1])
-                await d.notice(done.events)  # a cost or token spike
-                return done.next.output
-            d.pending.extend(done.events)
-            await d.notice(done.events)  # a retry storm
-            if isinstance(done.next, Retry):
-                attempt, due, start = done.next.attempt, done.next.due_ms, True
-                continue
-            await d.durable()
-            raise FailedStep(step, done.next.error.to_json())
+        due = entry.due_ms if isinstance(entry, Due) else None  # after a crash or a park too
+        start = isinstance(entry, Attempt) and entry.start
+        io = _Steps(self, step, data, work, policy, limit, usage)
+        done = await attempts(io, entry.attempt, due, start)
+        assert done is not None  # a stop never returns here: the drive cancels the function
+        if isinstance(done.next, Completed):
+            return done.next.output
+        assert isinstance(done.next, Failed)
+        await d.durable()
+        raise FailedStep(step, done.next.error.to_json())
 
     async def _attempt(
         self,
@@ -478,6 +460,56 @@ class EngineContext(Context):
         await d.notice(done.events)
         await d.durable()
         raise FailedStep(step, done.next.error.to_json())
+
+
+class _Steps:
+    """How a function's step journals its attempts (``drive.attempts``): a start goes with
+    what is pending, made durable before the step runs; an outcome's events are queued for
+    the next commit (a completion rides with the next step's start)."""
+
+    __slots__ = ("ctx", "data", "limit", "policy", "step", "usage", "work")
+
+    def __init__(
+        self,
+        ctx: EngineContext,
+        step: str,
+        data: dict[str, Any],
+        work: Callable[[_Attempt], Awaitable[Any]],
+        policy: RetryPolicy,
+        limit: float | None,
+        usage: Usage,
+    ) -> None:
+        self.ctx, self.step, self.data, self.work = ctx, step, data, work
+        self.policy, self.limit, self.usage = policy, limit, usage
+
+    async def backoff(self, due_ms: int) -> bool:
+        d = self.ctx._d
+        await d.backoff(due_ms, d.halt)
+        if d.must_stop():
+            await d.stopped()
+        return True
+
+    async def ready(self, attempt: int, start: bool) -> None:
+        d = self.ctx._d
+        if start:
+            await d.emit([(ev.STEP_STARTED, self.data, self.step, attempt)])
+        await d.durable()
+        if d.must_stop():
+            await d.stopped()
+        d.check_live()
+
+    async def attempt(self, attempt: int) -> Any:
+        return await self.ctx._attempt(self.step, attempt, self.work, self.limit)
+
+    async def settled(self, attempt: int, outcome: Any) -> Exit:
+        d = self.ctx._d
+        done = d.settle(self.step, attempt, outcome, self.policy, self.usage)
+        if isinstance(done.next, Completed):
+            d.add(done.events[-1])  # durable with the next commit, soon
+        else:
+            d.pending.extend(done.events)
+        await d.notice(done.events)  # a cost or token spike, a retry storm
+        return done
 
 
 def _not_nested(name: str) -> None:

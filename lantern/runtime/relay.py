@@ -41,6 +41,7 @@ from lantern.engine import call_args, commits, determinism, ledger
 from lantern.engine import events as ev
 from lantern.engine.anomalies import RetryRates
 from lantern.engine.baselines import Baselines
+from lantern.engine.drive import attempts
 from lantern.engine.function_waits import resolved
 from lantern.errors import (
     Conflict,
@@ -251,24 +252,13 @@ class Relay:
             )
             if isinstance(entry, ledger.Parked):
                 raise UsageError(f"step {step!r} is a wait, not a {request['kind']} call")
-            attempt, due = entry.attempt, None
-            if isinstance(entry, ledger.Due):
-                due = entry.due_ms
-            elif entry.start:
-                await self._journal(drive, [book.start(step, attempt, prepared.started)])
-        while True:
-            if due is not None:
-                await asyncio.sleep(max(0.0, due / 1000 - time.time()))
-                async with drive.lock:
-                    await self._journal(drive, [book.start(step, attempt, prepared.started)])
-            outcome = await _attempt(drive, prepared, step, attempt)
-            async with drive.lock:
-                done = book.exit(step, attempt, outcome, prepared.policy, usage=prepared.usage)
-                await self._journal(drive, done.events)
-            if isinstance(done.next, ledger.Retry):
-                attempt, due = done.next.attempt, done.next.due_ms
-                continue
-            return _next(done.next)
+            due = entry.due_ms if isinstance(entry, ledger.Due) else None
+            if isinstance(entry, ledger.Attempt) and entry.start:
+                # Under the lock that decided it: a call sent twice starts it once.
+                await self._journal(drive, [book.start(step, entry.attempt, prepared.started)])
+        done = await attempts(_Performed(self, drive, step, prepared), entry.attempt, due, False)
+        assert done is not None  # a VM's call waits its backoff out: it never stops there
+        return _next(done.next)
 
     async def _waited(
         self, drive: VmDrive, step: str, body: dict[str, Any], request: dict[str, Any]
@@ -483,14 +473,45 @@ def _same_type(drive: VmDrive, step: str, request: dict[str, Any]) -> None:
         )
 
 
-async def _attempt(drive: VmDrive, prepared: calls.Prepared, step: str, attempt: int) -> Any:
-    """One attempt of a step performed for a VM, as every drive performs one (its span, its
-    duration, its model usage): its output, or the StepError it failed with."""
-    work = prepared.work(attempt, drive.ledger.key(step, attempt))
-    try:
-        return await drive.perform(step, attempt, prepared.step_type, work)
-    except StepError as exc:
-        return exc
+class _Performed:
+    """How a step the control plane performs for a VM journals its attempts
+    (``drive.attempts``): each event committed at once, under the drive's lock; the VM's
+    request waits out a retry's backoff."""
+
+    __slots__ = ("drive", "prepared", "relay", "step")
+
+    def __init__(self, relay: Relay, drive: VmDrive, step: str, prepared: calls.Prepared) -> None:
+        self.relay, self.drive, self.step, self.prepared = relay, drive, step, prepared
+
+    async def backoff(self, due_ms: int) -> bool:
+        await asyncio.sleep(max(0.0, due_ms / 1000 - time.time()))
+        return True
+
+    async def ready(self, attempt: int, start: bool) -> None:
+        if start:
+            drive = self.drive
+            async with drive.lock:
+                started = drive.ledger.start(self.step, attempt, self.prepared.started)
+                await self.relay._journal(drive, [started])
+
+    async def attempt(self, attempt: int) -> Any:
+        """One attempt, as every drive performs one (its span, its duration, its model
+        usage): its output, or the StepError it failed with."""
+        drive, prepared = self.drive, self.prepared
+        work = prepared.work(attempt, drive.ledger.key(self.step, attempt))
+        try:
+            return await drive.perform(self.step, attempt, prepared.step_type, work)
+        except StepError as exc:
+            return exc
+
+    async def settled(self, attempt: int, outcome: Any) -> ledger.Exit:
+        drive, prepared = self.drive, self.prepared
+        async with drive.lock:
+            done = drive.ledger.exit(
+                self.step, attempt, outcome, prepared.policy, usage=prepared.usage
+            )
+            await self.relay._journal(drive, done.events)
+        return done
 
 
 def _step_id(body: dict[str, Any]) -> str:
