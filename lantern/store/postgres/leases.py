@@ -46,12 +46,14 @@ FROM expired e LEFT JOIN stolen s ON s.run_id = e.id
 # - due parked runs, and when each workspace was last served.
 _CANDIDATES = """
 WITH RECURSIVE spaces AS (
+    -- Ordered as runs_queued_free is, so that index is the one read (another index by
+    -- workspace would walk a flow-controlled backlog to find the first free run).
     (SELECT workspace FROM runs WHERE status = 'queued' AND flow_key IS NULL
-     ORDER BY workspace LIMIT 1)
+     ORDER BY workspace, priority DESC, created_at LIMIT 1)
     UNION ALL
     SELECT (SELECT r.workspace FROM runs r
             WHERE r.status = 'queued' AND r.flow_key IS NULL AND r.workspace > s.workspace
-            ORDER BY r.workspace LIMIT 1)
+            ORDER BY r.workspace, r.priority DESC, r.created_at LIMIT 1)
     FROM spaces s WHERE s.workspace IS NOT NULL
 ), groups AS (
     (SELECT workspace, agent_name, flow_key, flow_limit FROM runs
