@@ -13,7 +13,8 @@
     │   └── StoreUnavailable       the database cannot be reached or cannot write now
     └── StepError                  a step failed; carries its error class and retryability
         ├── TemplateError          a template could not be rendered
-        └── BudgetExceeded         a model call would pass the run's or workspace's budget
+        ├── BudgetExceeded         a model call would pass the run's or workspace's budget
+        └── Throttled              a model call would pass a rate limit: the step waits
 
     Crash (BaseException)          test-only: abandons a run as a SIGKILL would
 
@@ -123,3 +124,18 @@ class BudgetExceeded(StepError):
 
     def to_json(self) -> dict[str, object]:
         return {**super().to_json(), "code": self.code}
+
+
+class Throttled(StepError):
+    """A model call would pass the rate limit ``limit`` now; it was not made. Not a failed
+    attempt: the step waits ``wait_ms`` (journaled ``step_throttled``) and asks again with
+    the same attempt and idempotency key."""
+
+    def __init__(self, limit: str, wait_ms: int) -> None:
+        super().__init__(
+            f"rate limit {limit!r}: the model call waits {wait_ms} ms",
+            error_class="llm",
+            retryable=True,
+        )
+        self.limit = limit
+        self.wait_ms = wait_ms

@@ -37,6 +37,7 @@ from lantern.server.ratelimit import Limiter, Streams
 from lantern.server.routes import (
     agents,
     health,
+    limits,
     operate,
     outputs,
     receipts,
@@ -157,7 +158,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         **_telemetry(),
     )
     problems.install(api)
-    routers = (runs, outputs, stream, agents, secrets, schedules, workers, workspace)
+    routers = (runs, outputs, stream, agents, secrets, schedules, limits, workers, workspace)
     for module in (*routers, health, receipts, runtime, ui, operate):
         api.include_router(module.router)
     api.mount("/ui/static", ui.static, name="ui-static")

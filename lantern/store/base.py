@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from lantern.store.model_limits import ModelLimitStore
 from lantern.store.notify import Notifier
 from lantern.store.records import (
     AgentVersion,
@@ -297,6 +298,7 @@ class Store(
     ScheduleStore,
     SignalStore,
     RetentionStore,
+    ModelLimitStore,
     Protocol,
 ):
     """What the engine needs from a database, in the domain's words: the role Protocols above,

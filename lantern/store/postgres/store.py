@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lantern.store.postgres.journal import Journal
 from lantern.store.postgres.leases import Leases
+from lantern.store.postgres.model_limits import ModelLimits
 from lantern.store.postgres.operations import Operations
 from lantern.store.postgres.quotas import Quotas
 from lantern.store.postgres.retention import Retention
@@ -27,5 +28,6 @@ class PostgresStore(
     Schedules,
     Signals,
     Retention,
+    ModelLimits,
 ):
     """``base.Store`` on one PostgreSQL database (or schema), shared by every replica."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lantern.store.sqlite.journal import Journal
 from lantern.store.sqlite.leases import Leases
+from lantern.store.sqlite.model_limits import ModelLimits
 from lantern.store.sqlite.operations import Operations
 from lantern.store.sqlite.quotas import Quotas
 from lantern.store.sqlite.retention import Retention
@@ -27,5 +28,6 @@ class SQLiteStore(
     Schedules,
     Signals,
     Retention,
+    ModelLimits,
 ):
     """``base.Store`` on one SQLite file."""

@@ -273,3 +273,16 @@ CREATE INDEX runs_queued_flow ON runs (workspace, agent_name, flow_key, priority
     WHERE status = 'queued' AND flow_key IS NOT NULL;
 CREATE INDEX run_locks_flow ON run_locks (workspace, agent_name, flow_key)
     WHERE flow_key IS NOT NULL AND expires_at > 'epoch';
+
+CREATE TABLE model_limits (
+    scope                text        NOT NULL,
+    name                 text        NOT NULL,
+    model                text        NOT NULL,
+    tokens_per_minute    bigint      CHECK (tokens_per_minute IS NULL OR tokens_per_minute > 0),
+    requests_per_minute  bigint      CHECK (requests_per_minute IS NULL OR requests_per_minute > 0),
+    window_slots         jsonb       NOT NULL DEFAULT '[]',
+    version              bigint      NOT NULL DEFAULT 0,
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, name)
+);

@@ -266,3 +266,16 @@ CREATE INDEX runs_queued_flow ON runs (workspace, agent_name, flow_key, priority
     WHERE status = 'queued' AND flow_key IS NOT NULL;
 CREATE INDEX run_locks_flow ON run_locks (workspace, agent_name, flow_key)
     WHERE flow_key IS NOT NULL AND expires_at > 0;
+
+CREATE TABLE model_limits (
+    scope                TEXT    NOT NULL,
+    name                 TEXT    NOT NULL,
+    model                TEXT    NOT NULL,
+    tokens_per_minute    INTEGER CHECK (tokens_per_minute IS NULL OR tokens_per_minute > 0),
+    requests_per_minute  INTEGER CHECK (requests_per_minute IS NULL OR requests_per_minute > 0),
+    window_slots         TEXT    NOT NULL DEFAULT '[]',
+    version              INTEGER NOT NULL DEFAULT 0,
+    created_at           REAL    NOT NULL,
+    updated_at           REAL    NOT NULL,
+    PRIMARY KEY (scope, name)
+);

@@ -1,0 +1,198 @@
+"""Rate limits on model calls (docs/rate-limits.md): reserve before a call, settle after it.
+
+A limit counts what the calls to the models it matches reserve, in slots of ``SLOT_MS``. A
+call is admitted when what the slots of the last ``SLOTS`` (61 s at least) hold plus the call
+stays within the limit, so over ANY 60 s the tokens and requests sent stay within it. A plain
+token bucket of the same size would not: a full bucket spent at once and refilled over the
+next minute lets twice the limit through in that minute. A refused call learns when the
+oldest slots will have left the window enough to admit it: the step waits that long
+(``Throttled``, journaled ``step_throttled``) and asks again.
+
+A call reserves its estimated prompt tokens plus its ``maxTokens`` (``budget.estimate``) and
+one request; once the provider answers, the reservation is settled to the usage it reports
+(or, when it failed, to no tokens: the request still counts). Every change to a limit's window
+is one UPDATE conditional on the version read (``ModelLimitStore.swap_window``), so replicas
+sharing the database share the limit.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from lantern.errors import StepError, Throttled
+from lantern.models import offline
+from lantern.store.model_limits import SERVER, ModelLimit, ModelLimitStore, Slot
+
+SLOT_MS = 1_000
+# Slots a check counts: the current one and the 61 before it, 61 s at least, so a minute of
+# the provider's clock is covered even when a request reaches it a little after its reservation.
+SLOTS = 62
+SWAPS = 20  # conditional writes tried before a busy limit counts as throttling
+BUSY_WAIT_MS = 200
+
+
+def slot_of(now_ms: int) -> int:
+    return now_ms // SLOT_MS
+
+
+def live(window: Sequence[Slot], current: int) -> tuple[Slot, ...]:
+    """The slots a check at slot ``current`` counts (older ones have left the window)."""
+    return tuple(s for s in window if s.index > current - SLOTS)
+
+
+def _fits(limit: ModelLimit, slots: Sequence[Slot], tokens: int) -> bool:
+    if limit.tokens_per_minute is not None:
+        if sum(s.tokens for s in slots) + tokens > limit.tokens_per_minute:
+            return False
+    if limit.requests_per_minute is not None:
+        if sum(s.requests for s in slots) + 1 > limit.requests_per_minute:
+            return False
+    return True
+
+
+def too_large(limit: ModelLimit, model: str, tokens: int) -> StepError | None:
+    """A call that no window could ever admit fails at once, naming the limit."""
+    if limit.tokens_per_minute is None or tokens <= limit.tokens_per_minute:
+        return None
+    return StepError(
+        f"model call to {model!r} needs about {tokens} tokens (its prompt and maxTokens),"
+        f" more than rate limit {limit.name!r} allows in a minute"
+        f" (tokensPerMinute {limit.tokens_per_minute}); the call was not made",
+        error_class="llm",
+        retryable=False,
+    )
+
+
+def admit(limit: ModelLimit, now_ms: int, tokens: int) -> tuple[Slot, ...] | int:
+    """The limit's new window with the call's reservation in it, or how many ms to wait
+    until the window can hold it (``tokens`` is at most the limit: see ``too_large``)."""
+    current = slot_of(now_ms)
+    slots = live(limit.window, current)
+    if _fits(limit, slots, tokens):
+        return change(slots, current, tokens, 1)
+    for later in range(current + 1, current + SLOTS + 1):
+        if _fits(limit, live(slots, later), tokens):
+            return max(1, later * SLOT_MS - now_ms)
+    raise AssertionError("an empty window admits any call within the limit")
+
+
+def change(window: Sequence[Slot], index: int, tokens: int, requests: int) -> tuple[Slot, ...]:
+    """``window`` with ``tokens`` and ``requests`` added to slot ``index`` (made if absent)."""
+    out, found = [], False
+    for s in window:
+        if s.index == index:
+            s = Slot(index, max(0, s.tokens + tokens), max(0, s.requests + requests))
+            found = True
+        out.append(s)
+    if not found:
+        out.append(Slot(index, max(0, tokens), max(0, requests)))
+    return tuple(sorted(out, key=lambda s: s.index))
+
+
+def qualified(model: str) -> str:
+    """The name a limit's ``match.model`` is matched against: the provider, a slash, the
+    model (``gpt-4o`` is ``openai/gpt-4o``; ``claude-...`` is ``anthropic/claude-...``)."""
+    if model.startswith(("openai/", "anthropic/", offline.PREFIX)):
+        return model
+    provider = "anthropic" if model.startswith("claude") else "openai"
+    return f"{provider}/{model}"
+
+
+def matches(limit: ModelLimit, model: str) -> bool:
+    return fnmatchcase(qualified(model), limit.model)
+
+
+@dataclass(frozen=True)
+class _Held:
+    scope: str
+    name: str
+    slot: int
+    tokens: int
+
+
+@dataclass
+class Reservation:
+    """What one call reserved in each limit it matched; ``settle`` once it was made."""
+
+    store: ModelLimitStore | None = None
+    held: list[_Held] = field(default_factory=list)
+
+    async def settle(self, used_tokens: int | None) -> None:
+        """Correct each reservation to the ``used_tokens`` the provider reported (None: the
+        call failed, so it used none; its request still counts)."""
+        if self.store is None:
+            return
+        for h in self.held:
+            used = 0 if used_tokens is None else used_tokens
+            await _move(self.store, h, used - h.tokens, 0)
+        self.held = []
+
+    async def release(self) -> None:
+        """Give the whole reservation back (the call was not made)."""
+        if self.store is None:
+            return
+        for h in self.held:
+            await _move(self.store, h, -h.tokens, -1)
+        self.held = []
+
+
+async def _move(store: ModelLimitStore, held: _Held, tokens: int, requests: int) -> None:
+    """Add to a reserved slot, unless the slot has left the window (nothing to correct)."""
+    if tokens == 0 and requests == 0:
+        return
+    for _ in range(SWAPS):
+        limit = await store.get_limit(held.scope, held.name)
+        if limit is None or all(s.index != held.slot for s in limit.window):
+            return
+        if await store.swap_window(limit, change(limit.window, held.slot, tokens, requests)):
+            return
+
+
+@dataclass(frozen=True)
+class Limiter:
+    """The rate limits a workspace's model calls are held to: its own and the server's."""
+
+    store: ModelLimitStore
+    workspace: str
+    clock: Callable[[], float] = time.time
+
+    async def reserve(self, model: str, tokens: int) -> Reservation:
+        """Reserve ``tokens`` and a request in every limit matching ``model``, or raise
+        ``Throttled`` (nothing kept reserved) or a StepError for a call too large to fit."""
+        found = [
+            limit
+            for limit in await self.store.list_limits((self.workspace, SERVER))
+            if matches(limit, model)
+        ]
+        for limit in found:
+            problem = too_large(limit, model, tokens)
+            if problem is not None:
+                raise problem
+        held = Reservation(self.store)
+        for limit in found:
+            try:
+                held.held.append(await self._one(limit, tokens))
+            except Throttled:
+                await held.release()
+                raise
+        return held
+
+    async def _one(self, limit: ModelLimit, tokens: int) -> _Held:
+        current: ModelLimit | None = limit
+        for _ in range(SWAPS):
+            if current is None:  # deleted meanwhile: nothing to hold
+                return _Held(limit.scope, limit.name, -1, 0)
+            now_ms = int(self.clock() * 1000)
+            decided = admit(current, now_ms, tokens)
+            if isinstance(decided, int):
+                # Spread the waiters a little, so they do not all ask again at one instant.
+                jitter = int(random.random() * min(1000, decided // 10 + 50))
+                raise Throttled(current.name, decided + jitter)
+            if await self.store.swap_window(current, decided):
+                return _Held(current.scope, current.name, slot_of(now_ms), tokens)
+            current = await self.store.get_limit(limit.scope, limit.name)
+        raise Throttled(limit.name, BUSY_WAIT_MS)

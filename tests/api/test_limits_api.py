@@ -1,0 +1,79 @@
+"""/v1/limits against a real `lantern serve` (both backends): a workspace's own limits and the
+server's (an operator's), and hostile input answered with problem+json that changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.server import ALL_SCOPES, Server, make_key
+
+TPM = {"match": {"model": "openai/*"}, "tokensPerMinute": 200000, "requestsPerMinute": 500}
+
+
+def client(server: Server, workspace: str, scopes: str, *, operator: bool = False) -> httpx.Client:
+    key = make_key(server.database_url, workspace, scopes, operator=operator)
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def names(c: httpx.Client) -> list[tuple[str, str]]:
+    return [(x["scope"], x["name"]) for x in c.get("/v1/limits").json()["items"]]
+
+
+BAD: list[tuple[Any, str]] = [
+    ({"match": {"model": "openai/*"}}, "tokensPerMinute, requestsPerMinute or both"),
+    ({**TPM, "tokensPerMinute": 0}, "tokensPerMinute must be an integer"),
+    ({**TPM, "requestsPerMinute": 1.5}, "requestsPerMinute must be an integer"),
+    ({**TPM, "tokensPerMinute": True}, "tokensPerMinute must be an integer"),
+    ({**TPM, "match": {"model": ""}}, "match.model"),
+    ({**TPM, "match": {"model": "x", "provider": "y"}}, "match must be"),
+    ({**TPM, "match": "openai/*"}, "match must be"),
+    ({**TPM, "burst": 3}, "unknown field 'burst'"),
+    ({**TPM, "scope": "galaxy"}, "scope must be one of"),
+    ([1, 2], "dictionary"),
+]
+
+
+def test_limits_round_trip_validation_and_who_may_set_them(api_server: Server) -> None:
+    admin = client(api_server, "acme", "admin")
+    user = client(api_server, "acme", ALL_SCOPES)
+    other = client(api_server, "beta", "admin")
+    operator = client(api_server, "ops", "", operator=True)
+    with admin, user, other, operator:
+        put = admin.put("/v1/limits/openai-tpm", json=TPM)
+        assert put.status_code == 200, put.text
+        assert put.json() | {"createdAt": None, "updatedAt": None} == {
+            "name": "openai-tpm",
+            "scope": "workspace",
+            "match": {"model": "openai/*"},
+            "tokensPerMinute": 200000,
+            "requestsPerMinute": 500,
+            "createdAt": None,
+            "updatedAt": None,
+        }
+        for body, says in BAD:
+            bad = admin.put("/v1/limits/openai-tpm", json=body)
+            assert bad.status_code == 422, (body, bad.text)
+            assert bad.headers["content-type"].startswith("application/problem+json")
+            assert says in bad.json()["detail"], (body, bad.json())
+        assert admin.put("/v1/limits/a%20b", json=TPM).status_code == 422  # the name
+        assert admin.put("/v1/limits/x", content=b"{nope").status_code in (400, 422)
+        # Nothing a bad request sent changed the limit.
+        assert admin.get("/v1/limits").json()["items"][0]["tokensPerMinute"] == 200000
+        # Scope admin: a key without it reads and writes nothing.
+        assert user.get("/v1/limits").status_code == 403
+        assert user.put("/v1/limits/mine", json=TPM).status_code == 403
+        # The server's limits hold every workspace's calls: an operator's, not an admin's.
+        denied = admin.put("/v1/limits/fleet", json={**TPM, "scope": "server"})
+        assert denied.status_code == 403 and "operator" in denied.json()["detail"]
+        fleet = operator.put("/v1/limits/fleet", json={**TPM, "scope": "server"})
+        assert fleet.status_code == 200 and fleet.json()["scope"] == "server"
+        assert names(admin) == [("server", "fleet"), ("workspace", "openai-tpm")]
+        assert names(other) == [("server", "fleet")]  # another workspace's own are not shown
+        assert other.delete("/v1/limits/openai-tpm").status_code == 404
+        assert admin.delete("/v1/limits/fleet", params={"scope": "server"}).status_code == 403
+        assert admin.delete("/v1/limits/openai-tpm").status_code == 204
+        assert admin.delete("/v1/limits/openai-tpm").status_code == 404
+        assert operator.delete("/v1/limits/fleet", params={"scope": "server"}).status_code == 204
+        assert names(admin) == []
