@@ -86,11 +86,20 @@ class StoreUnavailable(StoreError):
 
 
 class StepError(LanternError):
-    """A step failed. ``error_class`` and ``retryable`` drive the retry policy."""
+    """A step failed. ``error_class`` and ``retryable`` drive the retry policy;
+    ``retry_after_ms`` (a provider's ``Retry-After``) is the least wait before another attempt."""
 
-    def __init__(self, message: str, *, error_class: ErrorClass, retryable: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_class: ErrorClass,
+        retryable: bool = False,
+        retry_after_ms: int = 0,
+    ) -> None:
         self.error_class: ErrorClass = error_class
         self.retryable = retryable
+        self.retry_after_ms = retry_after_ms
         super().__init__(message)
 
     def to_json(self) -> dict[str, object]:

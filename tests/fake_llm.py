@@ -3,13 +3,15 @@
 
 It records every request's headers and body, answers a repeated Idempotency-Key with the
 first (successful) answer, as a provider would, and is scriptable: ``fail(model, 503)``
-makes a model answer errors, ``hold()`` keeps the next requests in flight until
+makes a model answer errors (``retry_after=`` adds that header, as a rate-limited provider
+does), ``hold()`` keeps the next requests in flight until
 ``release()`` (so a test can kill the caller mid-call), and a ``Script`` decides each answer
 from the conversation it is sent, so a re-sent turn gets the same answer.
 
 A Script is a list of turns; turn N (the request's N-th assistant turn to come) answers with
 text or with tool calls ``[(tool, arguments), ...]``. Usage is 10 input tokens per message and
-5 output tokens per answer.
+5 output tokens per answer; ``window_peak()`` gives the most tokens and requests answered in
+any 60 s (what a provider's tokens-per-minute limit counts).
 
 A request with ``"stream": true`` is answered as its API streams: OpenAI's ``chat.completion.chunk``
 lines (usage in the last chunk when ``stream_options.include_usage`` asks for it) or
@@ -76,6 +78,10 @@ class FakeProvider:
     replies: dict[str, str] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     failures: dict[str, list[int]] = field(default_factory=dict)  # model -> statuses to answer
+    # model -> the headers each of its failures answers with (beside ``failures``)
+    failure_headers: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    # (monotonic arrival time, tokens reported) of every answered request
+    served: list[tuple[float, int]] = field(default_factory=list)
     _answers: dict[str, Turn] = field(default_factory=dict)  # key -> first successful answer
     chunk_delay: float = 0.0  # seconds between the chunks of a streamed answer
     cuts: dict[str, list[int]] = field(default_factory=dict)  # model -> text chunks before a cut
@@ -96,10 +102,12 @@ class FakeProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                status, answer = fake._handle(request)
+                status, answer, extra = fake._handle(request)
                 try:
                     if isinstance(answer, bytes):
                         self.send_response(status)
+                        for name, value in extra.items():
+                            self.send_header(name, value)
                         self.send_header("Content-Type", "application/json")
                         self.send_header("Content-Length", str(len(answer)))
                         self.end_headers()
@@ -173,9 +181,21 @@ class FakeProvider:
         self._server.shutdown()
         self._server.server_close()
 
-    def fail(self, model: str, *statuses: int) -> None:
+    def fail(self, model: str, *statuses: int, retry_after: str | None = None) -> None:
+        headers = {} if retry_after is None else {"Retry-After": retry_after}
         with self._lock:
             self.failures.setdefault(model, []).extend(statuses)
+            self.failure_headers.setdefault(model, []).extend(headers for _ in statuses)
+
+    def window_peak(self, seconds: float = 60.0) -> tuple[int, int]:
+        """The most tokens, and the most requests, answered within any ``seconds``."""
+        with self._lock:
+            served = sorted(self.served)
+        tokens = requests = 0
+        for i, (start, _) in enumerate(served):
+            inside = [t for at, t in served[i:] if at < start + seconds]
+            tokens, requests = max(tokens, sum(inside)), max(requests, len(inside))
+        return tokens, requests
 
     def hold(self, after: int = 0) -> None:
         """Keep requests in flight until ``release()``, once ``after`` more have been answered."""
@@ -205,16 +225,21 @@ class FakeProvider:
             return [r for r in self.requests if model is None or r.model == model]
 
     # --- answering -----------------------------------------------------------------------
-    def _handle(self, request: Request) -> tuple[int, bytes | Turn]:
-        """The status and the JSON body, or, for a streamed request, the answer to stream."""
+    def _handle(self, request: Request) -> tuple[int, bytes | Turn, dict[str, str]]:
+        """The status and the JSON body, or, for a streamed request, the answer to stream;
+        and the headers to add to an error."""
         api = "anthropic" if request.path.endswith("/messages") else "openai"
         streamed = bool(request.body.get("stream"))
         with self._lock:
             self.requests.append(request)
             if request.key is not None and request.key in self._answers:
-                return 200, self._rendered(api, request, self._answers[request.key], streamed)
+                self.served.append((time.monotonic(), sum(_usage(request))))
+                answer = self._answers[request.key]
+                return 200, self._rendered(api, request, answer, streamed), {}
             statuses = self.failures.get(request.model)
             failure = statuses.pop(0) if statuses else None
+            headers = self.failure_headers.get(request.model) or [{}]
+            extra = headers.pop(0) if failure is not None and headers else {}
             held = self._held and len(self.requests) > self._hold_after
         if held:
             self.arrived.set()
@@ -225,7 +250,7 @@ class FakeProvider:
             }
             if api == "anthropic":
                 error["type"] = "error"
-            return failure, json.dumps(error).encode()
+            return failure, json.dumps(error).encode(), extra
         last = _last_user_text(api, request.body)
         reply = next((r for prefix, r in self.replies.items() if last.startswith(prefix)), None)
         answer = (
@@ -238,7 +263,8 @@ class FakeProvider:
         with self._lock:
             if request.key is not None:
                 answer = self._answers.setdefault(request.key, answer)
-        return 200, self._rendered(api, request, answer, streamed)
+            self.served.append((time.monotonic(), sum(_usage(request))))
+        return 200, self._rendered(api, request, answer, streamed), {}
 
     @staticmethod
     def _rendered(api: str, request: Request, answer: Turn, streamed: bool) -> bytes | Turn:

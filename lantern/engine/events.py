@@ -29,6 +29,7 @@ STEP_RETRYING: Final = "step_retrying"
 STEP_WAITING: Final = "step_waiting"  # parked at an approval, a signal or on a sub-agent
 STEP_RESUMED: Final = "step_resumed"
 STEP_SKIPPED: Final = "step_skipped"  # no edge into it was taken (a when, an approval's on)
+STEP_THROTTLED: Final = "step_throttled"  # a model call waits for room in a rate limit
 # A signal wait took a signal: {signalId, name}, in the commit with the step's output (the
 # payload); docs/signals.md.
 SIGNAL_RECEIVED: Final = "signal_received"

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from lantern.engine import events as ev
 from lantern.engine.chain import GENESIS, canonical, link
-from lantern.engine.payloads import StepRetrying
+from lantern.engine.payloads import StepRetrying, StepThrottled
 from lantern.observability import metrics
 from lantern.store.codec import dumps
 from lantern.store.records import Blob, Event, NewEvent, RunUpdate
@@ -51,6 +51,8 @@ class RunState:
     recoveries: int = 0  # re-drives after a crash or a lost executor
     # step_id -> (the attempt to run next, when it is due in epoch ms) after a step_retrying
     retrying: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # step_id -> (the attempt to run again, when it is due in epoch ms) after a step_throttled
+    throttled: dict[str, tuple[int, int]] = field(default_factory=dict)
     # step_id -> its step_waiting data, for steps parked at an approval or on a sub-agent
     waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -68,8 +70,10 @@ class RunState:
 
     @property
     def backing_off(self) -> dict[str, tuple[int, int]]:
-        """Steps waiting out a retry backoff whose next attempt has not started."""
-        return {s: r for s, r in self.retrying.items() if r[0] > self.attempts.get(s, 0)}
+        """Steps waiting out a retry backoff whose next attempt has not started, or a rate
+        limit's wait (the throttled attempt starts again)."""
+        found = {s: r for s, r in self.retrying.items() if r[0] > self.attempts.get(s, 0)}
+        return found | self.throttled
 
 
 def fold(events: Iterable[Event]) -> RunState:
@@ -98,6 +102,7 @@ def fold_event(state: RunState, e: Event | NewEvent) -> None:
             state.terminal = kind
     elif kind == ev.STEP_STARTED:
         state.attempts[step] = e.attempt or 1
+        state.throttled.pop(step, None)
     elif kind == ev.STEP_COMPLETED:
         state.outputs[step] = output_of(e)
         state.waiting.pop(step, None)
@@ -110,6 +115,9 @@ def fold_event(state: RunState, e: Event | NewEvent) -> None:
         retry = StepRetrying.read(e.data, e.attempt)
         state.retrying[step] = (retry.attempt, retry.due_at)
         state.waiting.pop(step, None)
+    elif kind == ev.STEP_THROTTLED:
+        throttled = StepThrottled.read(e.data)
+        state.throttled[step] = (e.attempt or state.attempts.get(step, 1), throttled.due_at)
     elif kind == ev.STEP_WAITING:
         state.waiting[step] = dict(e.data)
     elif kind in ev.TERMINAL_KINDS:

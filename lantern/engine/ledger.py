@@ -42,10 +42,12 @@ Leaving a step attempt, ``exit(step, attempt, outcome, policy, usage=..., now_ms
 returns ``Exit(events, next)``: the events to commit (already chained and folded into the
 ledger) and what comes next, one of ``Completed(output)`` (the output exactly as a replay
 reads it back), ``Retry(step, attempt, due_ms)`` (``step_retrying`` with ``dueAt``, the next
-attempt's start is journaled when it is due) or ``Failed(step, error)`` (``step_failed``;
-the caller ends the run, e.g. with ``step_ended_run``, or raises into a function). ``outcome``
-is the step's value or a ``StepError``; a value the journal cannot store (not JSON, too
-large a number, nested past ``limits.MAX_DEPTH``) becomes a non-retryable StepError here.
+attempt's start is journaled when it is due; after ``step_throttled``, a model call a rate
+limit held back, the same attempt starts again when due) or ``Failed(step, error)``
+(``step_failed``; the caller ends the run, e.g. with ``step_ended_run``, or raises into a
+function). ``outcome`` is the step's value or a ``StepError``; a value the journal cannot
+store (not JSON, too large a number, nested past ``limits.MAX_DEPTH``) becomes a
+non-retryable StepError here.
 ``step_error(exc)`` maps anything a step's work raised to the StepError it fails with.
 
 Other events, each made, chained and folded in one call: ``start`` (``step_started``),
@@ -83,9 +85,10 @@ from lantern.engine.payloads import (
     StepFailed,
     StepRetrying,
     StepStarted,
+    StepThrottled,
 )
-from lantern.engine.retries import RetryPolicy
-from lantern.errors import StepError
+from lantern.engine.retries import MAX_BACKOFF_MS, RetryPolicy
+from lantern.errors import StepError, Throttled
 from lantern.ids import child_run_id, idempotency_key
 from lantern.models.budget import Budget, spent_in
 from lantern.store.codec import dumps, text_problem
@@ -339,6 +342,9 @@ class Ledger:
         wait = state.waiting.get(step)
         if wait is not None:
             return Parked(step, started or 1, wait)
+        throttled = state.throttled.get(step)
+        if throttled is not None:  # a rate limit's wait: the same attempt, when due
+            return Due(step, throttled[0], self.key(step, throttled[0]), throttled[1])
         retry = state.retrying.get(step)
         if retry is not None and retry[0] > (started or 0):
             return Due(step, retry[0], self.key(step, retry[0]), retry[1])
@@ -408,9 +414,14 @@ class Ledger:
             if not isinstance(found, StepError):
                 return Exit([found], Completed(self.state.outputs[step]))
             outcome = found
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if isinstance(outcome, Throttled):  # no call was made: not an attempt spent
+            wait = StepThrottled(outcome.limit, outcome.wait_ms, now + outcome.wait_ms)
+            event = self.event(ev.STEP_THROTTLED, wait.data(), step_id=step, attempt=attempt)
+            return Exit([event], Retry(step, attempt, wait.due_at))
         if policy.retries(outcome, attempt):
-            delay = policy.delay_ms(attempt)
-            now = int(time.time() * 1000) if now_ms is None else now_ms
+            # A provider's Retry-After (a 429) is a floor under the policy's backoff.
+            delay = max(policy.delay_ms(attempt), min(outcome.retry_after_ms, MAX_BACKOFF_MS))
             retry = StepRetrying(
                 attempt + 1, policy.max_attempts, outcome.to_json(), delay, now + delay
             )

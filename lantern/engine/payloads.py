@@ -87,6 +87,28 @@ class StepRetrying:
 
 
 @dataclass(frozen=True)
+class StepThrottled:
+    """``step_throttled``: the attempt's model call would pass rate limit ``limit``, so it was
+    not made; the same attempt starts again (its step_started follows) when ``due_at``, epoch
+    ms, has come (docs/rate-limits.md)."""
+
+    limit: str
+    wait_ms: int
+    due_at: int
+
+    def data(self) -> dict[str, Any]:
+        return {"limit": self.limit, "waitMs": self.wait_ms, "dueAt": self.due_at}
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> StepThrottled:
+        return cls(
+            limit=str(data.get("limit", "")),
+            wait_ms=_int(data.get("waitMs"), 0),
+            due_at=_int(data.get("dueAt"), 0),
+        )
+
+
+@dataclass(frozen=True)
 class StepFailed:
     """``step_failed``: the step's error (``StepError.to_json()``: message, class,
     retryable, and what else the error names)."""

@@ -14,6 +14,7 @@ from lantern.engine.ledger import Ledger
 from lantern.models.budget import Gate
 from lantern.models.call import journal_usage
 from lantern.models.registry import Models
+from lantern.models.throttle import Limiter
 from lantern.store.base import Store
 from lantern.store.records import Run
 
@@ -22,7 +23,8 @@ MODEL_NODES = frozenset({"ai-step"})
 
 def gate(store: Store, run: Run, ledger: Ledger, models: Models) -> Gate:
     """The run's budget gate: its ledger's spend and budget (the agent's), its workspace's
-    configured limits, and the prices of ``models`` (the process's model configuration)."""
+    configured limits, the prices of ``models`` (the process's model configuration) and the
+    rate limits its workspace's calls are held to (every kind of run's model calls pass here)."""
     return Gate(
         run_spent=lambda: ledger.spent,
         run_budget=ledger.budget,
@@ -30,6 +32,7 @@ def gate(store: Store, run: Run, ledger: Ledger, models: Models) -> Gate:
         workspace_spent=store.workspace_usage,
         workspace_budgets=models.workspace_budgets,
         prices=models.prices,
+        limiter=Limiter(store, run.workspace),
     )
 
 

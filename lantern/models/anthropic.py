@@ -106,7 +106,7 @@ class AnthropicProvider:
                     answer = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
             raise errors.status_error(
-                self.name, request.model, exc.status_code, exc.message
+                self.name, request.model, exc.status_code, exc.message, exc.response.headers
             ) from exc
         except anthropic.APIConnectionError as exc:  # timeouts included
             raise errors.connection_error(self.name, request.model, str(exc)) from exc

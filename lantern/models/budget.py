@@ -23,6 +23,7 @@ from typing import Any
 from lantern.errors import BudgetExceeded, UsageError
 from lantern.models import pricing
 from lantern.models.records import ModelRequest, TokenUsage
+from lantern.models.throttle import Limiter, Reservation
 from lantern.store.records import RunUsage
 
 
@@ -102,6 +103,15 @@ class Gate:
     # parsed them at start.
     workspace_budgets: Mapping[str, Budget] = field(default_factory=dict)
     prices: pricing.Prices = field(default_factory=pricing.shipped)
+    # The rate limits the calls are held to (docs/rate-limits.md); None: no limits apply.
+    limiter: Limiter | None = None
+
+    async def reserve(self, model: str, request: ModelRequest) -> Reservation:
+        """Room for the call in every rate limit matching ``model``: its estimated prompt
+        plus its maxTokens, and one request; ``Throttled`` when it must wait first."""
+        if self.limiter is None:
+            return Reservation()
+        return await self.limiter.reserve(model, estimate(request).total)
 
     async def check(self, model: str, request: ModelRequest) -> None:
         guess = estimate(request)

@@ -1,4 +1,5 @@
-"""One model call as a step makes it: routed, checked against the budget, priced.
+"""One model call as a step makes it: routed, checked against the budget and the rate
+limits (reserved before the call, settled to the reported usage after), priced.
 
 Used by ``ai-step`` nodes and by plain agents' model turns. The result's ``usage`` is what
 the step journals (in its output, and beside it for the run's totals).
@@ -15,6 +16,7 @@ from lantern.models import router
 from lantern.models.budget import Gate
 from lantern.models.records import ModelRequest, ModelResponse, OnText
 from lantern.models.registry import Models, wire_model
+from lantern.models.throttle import Reservation
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,11 @@ async def call(
         raise StepError(str(exc), error_class="llm") from exc
     tried: list[dict[str, str]] = []
     for index, model in enumerate(names):
+        held = Reservation()
         if gate is not None:
             await gate.check(model, request)
+            # Before any connection is taken: a throttled call waits holding none.
+            held = await gate.reserve(model, request)
         provider = await models.provider_for(model)
         try:
             async with outbound.QUEUES.slot(f"model:{provider.name}"):
@@ -68,10 +73,12 @@ async def call(
                     replace(request, model=wire_model(model)), on_text
                 )
         except StepError as exc:
+            await held.settle(None)
             if not exc.retryable or index == len(names) - 1:
                 raise
             tried.append({"model": model, "error": str(exc)})
             continue
+        await held.settle(response.usage.total)
         usd, priced = models.prices.cost(model, response.usage)
         route = None
         if request.model.startswith(router.PREFIX):

@@ -86,7 +86,7 @@ class OpenAIProvider:
             answer = await client.chat.completions.create(**kwargs, extra_headers=headers)
         except openai.APIStatusError as exc:
             raise errors.status_error(
-                self.name, request.model, exc.status_code, exc.message
+                self.name, request.model, exc.status_code, exc.message, exc.response.headers
             ) from exc
         except openai.APIConnectionError as exc:  # timeouts included
             raise errors.connection_error(self.name, request.model, str(exc)) from exc

@@ -9,10 +9,13 @@ oldest slots will have left the window enough to admit it: the step waits that l
 (``Throttled``, journaled ``step_throttled``) and asks again.
 
 A call reserves its estimated prompt tokens plus its ``maxTokens`` (``budget.estimate``) and
-one request; once the provider answers, the reservation is settled to the usage it reports
-(or, when it failed, to no tokens: the request still counts). Every change to a limit's window
-is one UPDATE conditional on the version read (``ModelLimitStore.swap_window``), so replicas
-sharing the database share the limit.
+one request in the slot of the reservation; once the provider answers, the reservation moves
+to the slot of the answer, settled to the usage it reports (or, when it failed, to no tokens:
+the request still counts). The provider saw the request somewhere between the two, so a call
+counts from before it could arrive until a minute after it surely had (a slow first request,
+or a queue before the provider, cannot slip it out of the window early). Every change to a
+limit's window is one UPDATE conditional on the version read (``ModelLimitStore.swap_window``),
+so replicas sharing the database share the limit.
 """
 
 from __future__ import annotations
@@ -120,15 +123,16 @@ class Reservation:
 
     store: ModelLimitStore | None = None
     held: list[_Held] = field(default_factory=list)
+    clock: Callable[[], float] = time.time
 
     async def settle(self, used_tokens: int | None) -> None:
-        """Correct each reservation to the ``used_tokens`` the provider reported (None: the
-        call failed, so it used none; its request still counts)."""
+        """Move each reservation to the slot of now, corrected to the ``used_tokens`` the
+        provider reported (None: the call failed, so it used none; its request counts)."""
         if self.store is None:
             return
+        now = slot_of(int(self.clock() * 1000))
         for h in self.held:
-            used = 0 if used_tokens is None else used_tokens
-            await _move(self.store, h, used - h.tokens, 0)
+            await _move(self.store, h, now, 0 if used_tokens is None else used_tokens, 1)
         self.held = []
 
     async def release(self) -> None:
@@ -136,19 +140,24 @@ class Reservation:
         if self.store is None:
             return
         for h in self.held:
-            await _move(self.store, h, -h.tokens, -1)
+            await _move(self.store, h, h.slot, 0, 0)
         self.held = []
 
 
-async def _move(store: ModelLimitStore, held: _Held, tokens: int, requests: int) -> None:
-    """Add to a reserved slot, unless the slot has left the window (nothing to correct)."""
-    if tokens == 0 and requests == 0:
+async def _move(store: ModelLimitStore, held: _Held, to: int, tokens: int, requests: int) -> None:
+    """Take the reservation out of its slot (unless that has left the window) and count
+    ``tokens`` and ``requests`` in slot ``to`` instead."""
+    if held.slot < 0:
         return
     for _ in range(SWAPS):
         limit = await store.get_limit(held.scope, held.name)
-        if limit is None or all(s.index != held.slot for s in limit.window):
+        if limit is None:
             return
-        if await store.swap_window(limit, change(limit.window, held.slot, tokens, requests)):
+        window = limit.window
+        if any(s.index == held.slot for s in window):
+            window = change(window, held.slot, -held.tokens, -1)
+        window = live(change(window, to, tokens, requests), to)
+        if await store.swap_window(limit, window):
             return
 
 
@@ -172,7 +181,7 @@ class Limiter:
             problem = too_large(limit, model, tokens)
             if problem is not None:
                 raise problem
-        held = Reservation(self.store)
+        held = Reservation(self.store, clock=self.clock)
         for limit in found:
             try:
                 held.held.append(await self._one(limit, tokens))

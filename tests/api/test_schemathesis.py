@@ -148,6 +148,12 @@ expected-statuses = ["2xx", "404", "409", "422"]
 include-path-regex = "^/v1/runtime/(report|steps|step|call)$"
 checks.positive_data_acceptance.expected-statuses = ["401"]
 
+# A rate limit of the whole server (``"scope": "server"``) is an operator's (docs/rate-limits.md):
+# the fuzzer's workspace admin key is refused it, and that refusal is the answer to check.
+[[operations]]
+include-path-regex = "^/v1/limits"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "409", "422"]
+
 """
 
 

@@ -3,7 +3,10 @@ control plane, and a resumed workload's step names are checked against the journ
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 from lantern.ids import child_run_id, idempotency_key
 from tests.conftest import sqlite_url
 from tests.fake_llm import FakeProvider, Script
+from tests.integration.test_rate_limits import fill_window
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 from tests.runtime.test_microvm_runs import kinds
@@ -266,3 +270,41 @@ def test_a_call_the_control_plane_refuses_fails_the_run_saying_why(shared: Clust
     assert "CallRefused" in message and "ctx.tool('no-such-tool'): no such tool" in message
     seen = [kind for kind, _ in kinds(shared.events(run_id))]
     assert seen.count("vm_started") == 1 and "step_started" not in seen
+
+
+def test_a_vm_ctx_model_waits_for_room_in_a_rate_limit(shared: Cluster, fake: FakeProvider) -> None:
+    """The control plane holds a VM's ctx.model to the rate limits as any model step: while
+    another replica's calls (written here through the store) keep the window full, the step
+    waits (step_throttled); once they stop, it makes its one call (docs/rate-limits.md)."""
+    limit = {"match": {"model": "openai/*"}, "tokensPerMinute": 100}
+    shared.ok("PUT", "/v1/limits/vm-tpm", json=limit)
+    busy = threading.Event()
+    busy.set()
+
+    def keep_full() -> None:
+        while busy.is_set():
+            asyncio.run(fill_window(shared.database_url, "vm-tpm", 95, leaves_in_s=1.5))
+            time.sleep(0.3)
+
+    filler = threading.Thread(target=keep_full, daemon=True)
+    filler.start()
+    try:
+        shared.agent("asks", "jobs:asks")
+        before = len(fake.requests)
+        run_id = shared.start_run("asks", {"topic": "otters"})
+        shared.wait_for(
+            lambda: any(e["kind"] == "step_throttled" for e in shared.events(run_id)), 90
+        )
+        busy.clear()
+        filler.join(10)
+        run = shared.finished(run_id)
+    finally:
+        busy.clear()
+        assert shared.api("DELETE", "/v1/limits/vm-tpm").status_code == 204
+    assert run["status"] == "succeeded", run
+    events = shared.events(run_id)
+    throttled = [e for e in events if e["kind"] == "step_throttled"]
+    assert throttled and throttled[0]["stepId"] == "line"
+    assert throttled[0]["data"]["limit"] == "vm-tpm" and throttled[0]["data"]["waitMs"] > 0
+    assert len(fake.requests) - before == 1  # no call while it waited
+    assert {e["attempt"] for e in events if e["stepId"] == "line"} == {1}

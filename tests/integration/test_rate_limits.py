@@ -1,0 +1,200 @@
+"""Rate limits on model calls, in the one path every kind of run's model step takes (graph
+ai-step, plain agent turn, code-first ``ctx.model``), on both backends, against the fake
+provider: a throttled step waits (journaled ``step_throttled``) and then runs, a call larger
+than the limit fails at once naming it, a provider's 429 is retried after its Retry-After.
+
+The window another replica filled is written through the store, as that replica would have,
+so a wait here is seconds, not the minute a real limit takes (tests/integration/
+test_rate_limits_fleet.py runs the minute across two replicas)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lantern
+from lantern.engine.runs import create_run
+from lantern.engine.worker import Worker
+from lantern.models.limit_spec import parse_limit
+from lantern.models.throttle import SLOT_MS, SLOTS, slot_of
+from lantern.store import Store, open_store
+from lantern.store.model_limits import SERVER, Slot
+from tests.fake_llm import FakeProvider, Script
+
+MODEL = "gpt-4o-mini"
+KINDS = ("graph", "plain", "code")
+STEP = {"graph": "draft", "plain": "llm:1", "code": "draft"}
+
+GRAPH = {
+    "name": "graph",
+    "graph": {
+        "nodes": [
+            {"id": "start", "type": "trigger"},
+            {
+                "id": "draft",
+                "type": "ai-step",
+                "data": {"model": MODEL, "prompt": "Say hi to {{ input.who }}", "maxTokens": 30},
+            },
+        ],
+        "edges": [{"source": "start", "target": "draft"}],
+    },
+}
+PLAIN = {"name": "plain", "model": MODEL, "system": "Be brief.", "maxTokens": 30}
+
+
+def make_app() -> lantern.App:
+    app = lantern.App()
+
+    @app.agent("code")
+    async def code(ctx: lantern.Context, who: str) -> str:
+        reply = await ctx.model(MODEL, prompt=f"Say hi to {who}", name="draft", max_tokens=30)
+        return reply.text
+
+    return app
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    provider = FakeProvider(script=Script(["Hi."])).start()
+    for name, value in provider.env().items():
+        monkeypatch.setenv(name, value)
+    yield provider
+    provider.close()
+
+
+async def run_one(
+    store: Store, kind: str, beside: Callable[[str], Awaitable[None]] | None = None
+) -> Any:
+    """Drive one run of ``kind`` to its end (``beside(run_id)`` running meanwhile)."""
+    app = make_app()
+    await store.put_agent("default", "graph", GRAPH)
+    await store.put_agent("default", "plain", PLAIN)
+    body: Any = "Say hi to Ada" if kind == "plain" else {"who": "Ada"}
+    run = await create_run(store, kind, body, app=app)
+    other = None if beside is None else asyncio.ensure_future(beside(run.id))
+    try:
+        async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+            assert w.runner is not None
+            await w.runner.drive(run.id)
+    finally:
+        if other is not None:
+            other.cancel()
+    return await store.get_run(run.id)
+
+
+async def journal(store: Store, run_id: str) -> list[tuple[str, Any, Any]]:
+    return [(e.kind, e.step_id, e.data) for e in await store.events(run_id)]
+
+
+async def fill(store: Store, name: str, tokens: int, leaves_in_s: float) -> None:
+    """Spend ``tokens`` of the limit in a slot that leaves its window in ``leaves_in_s``, as
+    another replica's call would have."""
+    limit = await store.get_limit("default", name)
+    assert limit is not None
+    gone = slot_of(int((time.time() + leaves_in_s) * 1000))
+    assert await store.swap_window(limit, (Slot(gone - SLOTS, tokens, 1),))
+
+
+async def keep_full(store: Store, name: str, run_id: str) -> None:
+    """Keep the limit full, as another replica's calls would, until the run is throttled."""
+    while not any(e.kind == "step_throttled" for e in await store.events(run_id)):
+        await fill(store, name, 95, leaves_in_s=1.5)
+        await asyncio.sleep(0.2)
+
+
+async def fill_window(database_url: str, name: str, tokens: int, leaves_in_s: float) -> None:
+    """``fill`` in the database of a server a test started."""
+    store = open_store(database_url)
+    await store.open()
+    try:
+        await fill(store, name, tokens, leaves_in_s)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_throttled_model_step_waits_then_runs(
+    store: Store, fake: FakeProvider, kind: str
+) -> None:
+    await store.put_limit("default", "tpm", "openai/*", 100, None)
+    done = await run_one(store, kind, lambda run_id: keep_full(store, "tpm", run_id))
+    assert done.status == "succeeded", done.error
+    events = await journal(store, done.id)
+    throttled = [(s, d) for k, s, d in events if k == "step_throttled"]
+    assert throttled and throttled[0][0] == STEP[kind]
+    assert throttled[0][1]["limit"] == "tpm" and 0 < throttled[0][1]["waitMs"] <= 3 * SLOT_MS
+    # It waited for the room: the call came no sooner than the journaled due time.
+    started = [e for e in await store.events(done.id) if e.kind == "step_started"][-1]
+    assert started.at.timestamp() * 1000 >= throttled[-1][1]["dueAt"] - 5
+    # No call was made while it waited, and the wait spent no attempt: one call, attempt 1.
+    assert len(fake.calls()) == 1
+    starts = [e for e in await store.events(done.id) if e.kind == "step_started"]
+    assert {e.attempt for e in starts if e.step_id == STEP[kind]} == {1}
+    assert not any(k == "step_retrying" for k, _, _ in events)
+    # Settled to the provider's usage: the window holds what the call used.
+    limit = await store.get_limit("default", "tpm")
+    assert limit is not None
+    used = done.usage.input_tokens + done.usage.output_tokens
+    assert used in {s.tokens for s in limit.window}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_call_larger_than_the_limit_fails_at_once_naming_it(
+    store: Store, fake: FakeProvider, kind: str
+) -> None:
+    await store.put_limit(SERVER, "tiny", "openai/gpt-*", 20, None)
+    started = time.monotonic()
+    done = await run_one(store, kind)
+    assert time.monotonic() - started < 20
+    assert done.status == "failed"
+    assert "'tiny'" in done.error["message"] and "tokensPerMinute 20" in done.error["message"]
+    assert fake.calls() == []  # never sent
+    assert not any(k == "step_retrying" for k, _, _ in await journal(store, done.id))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_429_is_retried_after_its_retry_after(
+    store: Store, fake: FakeProvider, kind: str
+) -> None:
+    fake.fail(MODEL, 429, retry_after="2")
+    done = await run_one(store, kind)
+    assert done.status == "succeeded", done.error
+    retrying = [d for k, _, d in await journal(store, done.id) if k == "step_retrying"]
+    assert len(retrying) == 1 and retrying[0]["delayMs"] >= 2000
+    assert "429" in retrying[0]["error"]["message"] and retrying[0]["error"]["class"] == "llm"
+    calls = fake.calls()
+    assert len(calls) == 2 and calls[0].key != calls[1].key  # each attempt its own key
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rate-limits"
+
+
+def shipped(name: str) -> Any:
+    return json.loads((EXAMPLE / name).read_text())
+
+
+async def test_the_example_holds_offline_calls_to_three_a_minute(store: Store) -> None:
+    """examples/rate-limits/ as shipped: its limit holds the offline model's calls."""
+    spec = parse_limit(shipped("offline-limit.json"))
+    assert parse_limit(shipped("openai-fleet.json")).server
+    await store.put_limit("default", "offline-rpm", spec.model, spec.tokens_per_minute, 3)
+    await store.put_agent("default", "summarise", shipped("summarise.json"))
+    limit = await store.get_limit("default", "offline-rpm")
+    assert limit is not None
+    gone = slot_of(int((time.time() + 1.5) * 1000))
+    assert await store.swap_window(limit, (Slot(gone - SLOTS, 0, 3),))  # three calls this minute
+    app = lantern.App()
+    run = await create_run(store, "summarise", {"text": "note 4"}, app=app)
+    async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
+        assert w.runner is not None
+        await w.runner.drive(run.id)
+    done = await store.get_run(run.id)
+    assert done is not None and done.status == "succeeded", done
+    throttled = [e.data for e in await store.events(run.id) if e.kind == "step_throttled"]
+    assert throttled and throttled[0]["limit"] == "offline-rpm"
