@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from tests.crash.test_run_control_crash import live_leases
 from tests.server import ALL_SCOPES, Server, make_key
 
 PAY = {
@@ -62,6 +63,7 @@ def test_a_signal_then_a_sigkill_right_after_the_202_is_taken_once(
         ]
         for run_id in runs:
             status(api, run_id, ("waiting",))
+        assert not set(runs) & live_leases(database_url)  # parked: no lease, no task
         sent = []
         for run_id in runs:
             try:
