@@ -111,13 +111,22 @@ class Relay:
             baselines=baselines,
         )
 
-    async def authenticate(self, authorization: str | None) -> Vm:
+    async def authenticate(self, authorization: str | None, *, commits: bool = False) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one), as its
-        row is now."""
+        row is now. ``commits``: the request always ends in a fenced commit (an attempt's
+        outcome), so a VM whose drive this control plane holds is known by its token alone,
+        without reading its row again: a VM that stopped being the run's live one meanwhile
+        (cancelled, replaced, lost) finds the run's journal or lease moved on, and that
+        commit is refused (409) with nothing written. A ``ctx.step`` then costs three round
+        trips (the row read when it asks which attempt to run, and two commits), not four."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX + "."):
             raise Unauthorized("a per-VM token is required (Authorization: Bearer lvm....)")
         vm_id = token[len(TOKEN_PREFIX) + 1 :].rpartition(".")[0]
+        known = self.drives.held(vm_id) if commits else None
+        if known is not None and known.token_digest is not None:
+            if hmac.compare_digest(known.token_digest, digest(token)):
+                return known
         vm = await self.store.get_vm(vm_id) if vm_id else None
         if vm is None or vm.token_digest is None:
             raise Unauthorized("unknown VM token")

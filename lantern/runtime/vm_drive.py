@@ -179,6 +179,11 @@ class Drives:
                 self._agents.popitem(last=False)
         return self._agents[key]
 
+    def held(self, vm_id: str) -> Vm | None:
+        """The row of a VM whose drive is held here, as it was when last read (live then)."""
+        found = self._drives.get(vm_id)
+        return None if found is None else found.vm
+
     def drop(self, vm_id: str) -> None:
         """Forget a VM's drive: it ended, or its ledger ran ahead of the journal."""
         self._drives.pop(vm_id, None)

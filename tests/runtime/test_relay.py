@@ -21,7 +21,7 @@ import lantern
 from lantern.engine.cancel import cancel_run
 from lantern.engine.ledger import Ledger
 from lantern.engine.runs import apply_agent, create_run
-from lantern.errors import Conflict, UsageError
+from lantern.errors import Conflict, Unauthorized, UsageError
 from lantern.ids import idempotency_key
 from lantern.observability import metrics, tracing
 from lantern.runtime.relay import Relay, digest, new_token
@@ -309,3 +309,28 @@ async def test_a_vms_steps_go_through_anomaly_detection(store: Store) -> None:
     ]  # fmt: skip
     with pytest.raises(Conflict):
         await relay.step(await now(relay, vm), step("c", 3))
+
+
+async def test_an_outcome_from_a_cancelled_vm_is_refused_by_its_fenced_commit(
+    store: Store,
+) -> None:
+    """An attempt's outcome is authenticated from the VM drive held in memory, without
+    reading the VM's row again (a ctx.step costs three round trips, not four): after a
+    cancel, its fenced commit is what refuses it (409), and nothing is written."""
+    await apply_agent(store, AGENT)
+    run = await create_run(store, "job", {})
+    relay = Relay(store, patience=5)
+    vm = await place(store, run.id, 1)
+    token = f"Bearer {new_token(vm.vm_id, 's')}"
+    assert await relay.step(await now(relay, vm), step("a", 1)) == {"attempt": 1}
+    assert (await cancel_run(store, run.id, "w-cancel", 5)).status == "cancelled"
+    held = await relay.authenticate(token, commits=True)
+    assert held.state in ("starting", "running")  # as the drive last read it
+    with pytest.raises(Conflict):
+        await relay.step(held, step("a", 1, attempt=1, output=1))
+    with pytest.raises(Conflict):  # and the drive was dropped: its row is read again
+        await relay.step(await relay.authenticate(token, commits=True), step("a", 1))
+    kinds = [e.kind for e in await store.events(run.id)]
+    assert kinds == ["step_started", "vm_terminated", "run_cancelled"]
+    with pytest.raises(Unauthorized):
+        await relay.authenticate(f"Bearer {new_token(vm.vm_id, 'wrong')}", commits=True)

@@ -69,8 +69,10 @@ async def step(request: Request, body: Step) -> dict[str, Any]:
     """What the VM's own ``ctx.step`` proposes: which attempt to run, then what it did
     (``output`` or ``error``); the control plane decides what follows (go on, retry, fail)."""
     _, relay = _runtime(request)
-    vm = await relay.authenticate(request.headers.get("authorization"))
-    return await relay.step(vm, body.model_dump(exclude_unset=True))
+    proposal = body.model_dump(exclude_unset=True)
+    outcome = "output" in proposal or "error" in proposal  # it always ends in a commit
+    vm = await relay.authenticate(request.headers.get("authorization"), commits=outcome)
+    return await relay.step(vm, proposal)
 
 
 @router.get("/v1/runtime/steps", openapi_extra=VM_TOKEN)
