@@ -1,7 +1,8 @@
 """The control plane's side of what a VM says, under its token (relayed by its runtime node):
 ``POST /v1/runtime/step`` (what the workload's own ``ctx.step`` did), ``POST
 /v1/runtime/call`` (the steps a VM asks the control plane to perform: model calls, tools,
-waits, signals among them; see ``lantern.runtime.calls``), ``GET /v1/runtime/steps``, and ``POST
+waits, signals among them; see ``lantern.runtime.calls``; and, for a step of its own in flight,
+a claimed delivery or its live text), ``GET /v1/runtime/steps``, and ``POST
 /v1/runtime/report`` (the runtime node's own: the VM's start and end).
 
 The VM proposes, the control plane decides. Every answer comes from the run's step ledger
@@ -42,7 +43,9 @@ from lantern.engine import events as ev
 from lantern.engine.anomalies import RetryRates
 from lantern.engine.baselines import Baselines
 from lantern.engine.drive import attempts
+from lantern.engine.function_context import MAX_TO
 from lantern.engine.function_waits import resolved
+from lantern.engine.live import LiveText
 from lantern.errors import (
     Conflict,
     ErrorClass,
@@ -52,12 +55,13 @@ from lantern.errors import (
 )
 from lantern.limits import MAX_OUTPUT_BYTES
 from lantern.models import registry
+from lantern.observability.metrics import delivery as count_delivery
 from lantern.runtime import calls, metrics
 from lantern.runtime.journal import vm_data
 from lantern.runtime.vm_drive import Drives, VmDrive
 from lantern.store.base import Store
-from lantern.store.codec import dumps
-from lantern.store.records import NewEvent, RunUpdate
+from lantern.store.codec import dumps, value_problem
+from lantern.store.records import Delivery, NewEvent, RunUpdate
 from lantern.store.runtime import Vm
 
 VM_KINDS = (ev.VM_STARTED, ev.VM_EXITED, ev.VM_TERMINATED)  # what a runtime node reports
@@ -71,6 +75,10 @@ WAIT_POLL = (0.25, 1.0)
 CALL_TYPES = {"model": "llm", "tool": "tool", "approval": "approval", "sleep": "sleep",
               "run_agent": "subagent", "signal": "signal"}  # fmt: skip
 ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
+# What a VM's own step asks of the control plane while it runs, no step of its own: a claimed
+# delivery (ctx.deliver_once) and its live text (ctx.live_text).
+IN_STEP = ("deliver", "live")
+MAX_DELIVERY_NAME = 200
 
 
 def new_token(vm_id: str, secret: str) -> str:
@@ -110,6 +118,9 @@ class Relay:
             retry_rates=retry_rates,
             baselines=baselines,
         )
+        # The live text of the model steps this process runs, which GET .../stream follows:
+        # a VM's ctx.live_text goes there (lantern serve gives its worker's).
+        self.live: LiveText | None = None
 
     async def authenticate(self, authorization: str | None, *, commits: bool = False) -> Vm:
         """The VM whose token this is (401 for no token, a malformed or a wrong one), as its
@@ -237,8 +248,10 @@ class Relay:
         failed for good (lantern.runtime.calls)."""
         step = _step_id(body)
         request = body.get("call")
+        if isinstance(request, dict) and request.get("kind") in IN_STEP:
+            return await self._in_step(vm, step, request)
         if not isinstance(request, dict) or request.get("kind") not in CALL_TYPES:
-            kinds = ", ".join(CALL_TYPES)
+            kinds = ", ".join((*CALL_TYPES, *IN_STEP))
             raise UsageError(f"call must be an object whose kind is one of {kinds}")
         drive = await self._live(vm, fresh=True)
         if request["kind"] in calls.WAITS:
@@ -268,6 +281,98 @@ class Relay:
         done = await attempts(_Performed(self, drive, step, prepared), entry.attempt, due, False)
         assert done is not None  # a VM's call waits its backoff out: it never stops there
         return _next(done.next)
+
+    # -- what a VM's own step asks for while it runs (ctx.deliver_once, ctx.live_text) -----
+
+    async def _in_step(self, vm: Vm, step: str, request: dict[str, Any]) -> dict[str, Any]:
+        """A claimed delivery of the attempt of ``step`` in flight (``deliver``) or a piece of
+        its live text (``live``): each belongs to that attempt, which the VM names."""
+        attempt = request.get("attempt")
+        drive = await self._live(vm, fresh=True)
+        async with drive.lock:
+            book = drive.ledger
+            entry = book.enter(step)
+            if (
+                isinstance(attempt, bool)
+                or book.types.get(step) != "step"
+                or not isinstance(entry, ledger.Attempt)
+                or entry.start
+                or entry.attempt != attempt
+            ):
+                raise UsageError(
+                    f"step {step!r} has no attempt {attempt!r} in flight: a delivery or live text"
+                    " belongs to the attempt of the VM's own step that runs now"
+                )
+        if request["kind"] == "live":
+            return self._live_text(drive.run.id, step, entry.attempt, request)
+        return await self._deliver(drive, step, entry, request)
+
+    def _live_text(
+        self, run_id: str, step: str, attempt: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Pass a piece of the step's text to whoever follows the run (never journaled); say
+        whether anybody does, so a workload nobody watches need not stream."""
+        live, text = self.live, request.get("text", "")
+        if not isinstance(text, str):
+            raise UsageError("live text is a string")
+        if live is None:
+            return {"following": False}
+        if request.get("done") is True:
+            live.finished(run_id, step, attempt)
+            return {"following": False}
+        live.append(run_id, step, attempt, text)
+        return {"following": live.listening(run_id)}
+
+    async def _deliver(
+        self, drive: VmDrive, step: str, entry: ledger.Attempt, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``claim``: claim the delivery before the VM dispatches it (a delivered one answers
+        its recorded response: the VM dispatches nothing); ``finish``: record what the VM's
+        dispatch did (``output``, or ``error``). Fenced by the run lease the node holds."""
+        name, to, phase = request.get("name"), request.get("to"), request.get("phase")
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_DELIVERY_NAME:
+            raise UsageError(
+                f"a delivery's name is a string of 1 to {MAX_DELIVERY_NAME} characters"
+            )
+        if to is not None and (not isinstance(to, str) or not 0 < len(to) <= MAX_TO):
+            raise UsageError(
+                f"ctx.deliver_once({name!r}, to=...): where it goes is a string of 1 to"
+                f" {MAX_TO} characters"
+            )
+        if phase not in ("claim", "finish"):
+            raise UsageError("a delivery's phase is 'claim' or 'finish'")
+        claim = Delivery(
+            run_id=drive.run.id,
+            step_id=step,
+            name=name,
+            attempt=entry.attempt,
+            idempotency_key=entry.key,
+            kind="code",
+            target=to,
+        )
+        receipt = await self.store.claim_delivery(drive.lease, claim)
+        if receipt.status == "delivered":
+            if phase == "claim":
+                count_delivery("code", "replayed")
+            return {"delivered": True, "response": receipt.response}
+        if phase == "claim":
+            return {"delivered": False}
+        if "error" in request:
+            error = request["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            failed = {"message": message if isinstance(message, str) else "the delivery failed"}
+            await self.store.finish_delivery(drive.lease, receipt, "failed", failed)
+            count_delivery("code", "failed")
+            return {"delivered": False}
+        answer = request.get("output")
+        problem = value_problem(answer)
+        if problem is not None:  # it went out; what came back cannot be kept
+            await self.store.finish_delivery(drive.lease, receipt, "delivered", None)
+            count_delivery("code", "unstorable")
+            raise UsageError(f"delivery {name!r}: its answer cannot be stored: {problem}")
+        await self.store.finish_delivery(drive.lease, receipt, "delivered", answer)
+        count_delivery("code", "delivered")
+        return {"delivered": True, "response": answer}
 
     async def _waited(
         self, drive: VmDrive, step: str, body: dict[str, Any], request: dict[str, Any]

@@ -110,6 +110,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             max_output_bytes=settings.max_output_bytes,
         )
         relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
+        relay.live = worker.live  # a VM's ctx.live_text, to this process's followers
         async with worker:
             assert worker.runner is not None
             # A VM run's anomalies are counted with this process's in-process runs.

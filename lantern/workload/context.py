@@ -17,17 +17,21 @@ runs the tool registered on its ``App``, as a journaled step, and answers with t
 output. ``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` cross it
 too: the control plane journals the wait as for an in-process agent and answers when it
 resolves; the VM waits for the answer where an in-process run would park.
+Inside a step of its own, ``ctx.deliver_once`` is claimed and recorded by the control plane
+around the dispatch the VM makes, and ``ctx.live_text`` passes a model's text to the run's
+followers through it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -180,9 +184,49 @@ class Context:
                 raise raised  # the workload sees its own exception, as in-process
             raise StepFailed(step_id, decision["error"])
 
-    async def deliver_once(self, name: str, dispatch: Callable[[], Any]) -> Any:
-        """A delivery made at most once per run: a step of its own, named ``name``."""
-        return await self.step(name, dispatch)
+    async def deliver_once(
+        self, name: str, dispatch: Callable[[], Any], *, to: str | None = None
+    ) -> Any:
+        """Make the delivery ``name`` at most once: inside a step, a claimed delivery of that
+        step (as for tools); between steps, a step of its own named ``name``. The control plane
+        claims it before ``dispatch`` (sync or async) runs here and records what came back, so
+        a resumed VM gets the answer without dispatching again; the run's deliveries list it
+        with kind ``code`` and ``to``, as in-process."""
+        if _current_step.get() is not None:
+            return await self._claimed(name, dispatch, to)
+
+        async def once() -> Any:
+            return await self._claimed(name, dispatch, to)
+
+        return await self.step(name, once)
+
+    @contextlib.contextmanager
+    def live_text(self) -> Iterator[Callable[[str], None] | None]:
+        """Inside a step: where a model's text goes, piece by piece, to whoever follows the
+        run (``event: delta``), through the control plane; never journaled, and a retried
+        attempt's text replaces the failed one's. ``None`` when nobody follows the run, so the
+        caller need not stream."""
+        current = _current_step.get()
+        if current is None:
+            raise Unsupported("live_text is the text of a step: use it inside ctx.step")
+        step, attempt = current
+
+        def send(**fields: Any) -> bool:
+            call = {"kind": "live", "attempt": attempt, **fields}
+            answer = self._channel.ask("call", stepId=step, position=0, call=call)
+            return bool(answer.get("following"))
+
+        following = send(text="")
+
+        def on_text(text: str) -> None:
+            if text:
+                send(text=text)
+
+        try:
+            yield on_text if following else None
+        finally:
+            if following:
+                send(done=True)
 
     async def sleep(self, name: str, *, seconds: float) -> None:
         """A durable timer: its due time is journaled, so a VM resumed mid-sleep waits out
@@ -313,6 +357,37 @@ class Context:
             raise StepFailed(step_id, answer["error"])
         self._completed[step_id] = answer["output"]
         return answer["output"]
+
+    async def _claimed(self, name: str, dispatch: Callable[[], Any], to: str | None) -> Any:
+        """A delivery of the step running now, claimed and recorded by the control plane."""
+        step, attempt = _current_step.get() or ("", 0)
+        ask = {"kind": "deliver", "attempt": attempt, "name": name, "to": to}
+        claimed = await self._in_step(step, {**ask, "phase": "claim"})
+        if claimed["delivered"]:  # delivered before (a resumed VM, a retried attempt)
+            return claimed["response"]
+        try:
+            answer = dispatch()
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:
+            error = {"message": f"{type(exc).__name__}: {exc}"}
+            await self._in_step(step, {**ask, "phase": "finish", "error": error})
+            raise
+        encoded = _encoded(step, answer)
+        done = await self._in_step(step, {**ask, "phase": "finish", **encoded})
+        if "error" in encoded:  # it went out; what came back cannot be kept
+            raise ValueError(encoded["error"]["message"])
+        return done["response"]
+
+    async def _in_step(self, step: str, call: dict[str, Any]) -> Any:
+        try:
+            return await asyncio.to_thread(
+                self._channel.ask, "call", stepId=step, position=0, call=call
+            )
+        except ChannelError as exc:
+            if exc.status in REFUSED:
+                raise CallRefused(str(exc)) from None
+            raise
 
     def _step(self, fields: dict[str, Any]) -> Any:
         # On the event loop's own thread, as the step's call order: a resumed workload's
