@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -43,15 +44,24 @@ def pg_base_url() -> str:
     return url
 
 
-@pytest.fixture
-def pg_url(pg_base_url: str) -> Iterator[str]:
+@contextmanager
+def pg_schema(pg_base_url: str) -> Iterator[str]:
+    """The URL of a fresh schema of its own, dropped on exit."""
     schema = f"t_{secrets.token_hex(6)}"
     with psycopg.connect(pg_base_url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in pg_base_url else "?"
-    yield f"{pg_base_url}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(pg_base_url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    try:
+        yield f"{pg_base_url}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(pg_base_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_url(pg_base_url: str) -> Iterator[str]:
+    with pg_schema(pg_base_url) as url:
+        yield url
 
 
 def sqlite_url(tmp_path: Path) -> str:
@@ -87,3 +97,22 @@ def api_server(database_url: str, tmp_path: Path) -> Iterator[Server]:
     server = Server(database_url, tmp_path / "serve.log").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One running `lantern serve` per backend for all the tests of a module, each test in a
+    workspace of its own (tests.server.Server.workspace_key): starting a server per test cost
+    more than most of those tests."""
+    tmp = tmp_path_factory.mktemp("serve")
+    if request.param == "sqlite":
+        server = Server(sqlite_url(tmp), tmp / "serve.log").start()
+        yield server
+        server.stop()
+        return
+    with pg_schema(request.getfixturevalue("pg_base_url")) as url:
+        server = Server(url, tmp / "serve.log").start()
+        yield server
+        server.stop()

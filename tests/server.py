@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -94,6 +95,11 @@ class Server:
             time.sleep(0.05)
         self.kill()  # a server the caller never got back would outlive the test
         raise RuntimeError(f"lantern serve did not answer /healthz within {timeout} s")
+
+    def workspace_key(self, scopes: str = ALL_SCOPES) -> tuple[str, str]:
+        """A workspace no other test of a shared server uses, and a key to it."""
+        workspace = f"w{secrets.token_hex(5)}"
+        return workspace, make_key(self.database_url, workspace, scopes)
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from lantern.ids import idempotency_key
 from lantern.sdk.models import Event
 from lantern.sdk.stream import LiveTexts, TextDelta, TextReset
+from tests.conftest import BACKENDS, pg_schema, sqlite_url
 from tests.fake_llm import FakeProvider, Script
 from tests.server import ALL_SCOPES, LANTERN, Server, make_key
 from tests.sse import Frame, collect, frames, journal
@@ -60,9 +62,40 @@ async def client_for(server: Server, workspace: str = "alice") -> httpx.AsyncCli
     )
 
 
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeProvider]:
+    # Words far enough apart that a loaded machine still passes them on one by one.
+    provider = FakeProvider(script=Script(["Hello there, Ada Lovelace."]), chunk_delay=0.15)
+    provider.start()
+    yield provider
+    provider.close()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest,
+    fake: FakeProvider,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
+    """One server per backend for the module: the offline model's words 20 ms apart, the fake
+    provider for gpt-4o-mini, and the code-first agents of tests/api/stream_app.py."""
+    tmp = tmp_path_factory.mktemp("stream")
+    env = {**fake.env(), "PAI_LOG": str(tmp / "calls.jsonl"), "LANTERN_OFFLINE_WORD_DELAY": "20ms"}
+    with ExitStack() as stack:
+        url = (
+            sqlite_url(tmp)
+            if request.param == "sqlite"
+            else stack.enter_context(pg_schema(request.getfixturevalue("pg_base_url")))
+        )
+        started = Server(url, tmp / "serve.log", env=env, app="tests.api.stream_app:app")
+        started.start(timeout=120)  # it imports Pydantic AI: slow on a loaded machine
+        stack.callback(started.stop)
+        yield started
+
+
 @pytest.fixture
-async def http(api_server: Server) -> AsyncIterator[httpx.AsyncClient]:
-    client = await client_for(api_server)
+async def http(server: Server) -> AsyncIterator[httpx.AsyncClient]:
+    client = await client_for(server, f"alice-{secrets.token_hex(4)}")
     yield client
     await client.aclose()
 
@@ -114,14 +147,14 @@ async def test_every_event_in_seq_order_then_the_end_and_resume_after_an_id(
 
 
 async def test_another_workspace_cannot_follow_the_run(
-    api_server: Server, http: httpx.AsyncClient
+    server: Server, http: httpx.AsyncClient
 ) -> None:
     run_id = await start(http, chain("mine", 1), {})
-    bob = await client_for(api_server, "bob")
+    bob = await client_for(server, "bob")
     try:
         answer = await bob.get(f"/v1/runs/{run_id}/stream")
         assert answer.status_code == 403
-        async with httpx.AsyncClient(base_url=api_server.url) as nobody:
+        async with httpx.AsyncClient(base_url=server.url) as nobody:
             anonymous = await nobody.get(f"/v1/runs/{run_id}/stream")
         assert anonymous.status_code == 401
     finally:
@@ -145,22 +178,10 @@ def items(got: list[Frame]) -> list[Event | TextDelta | TextReset]:
     return out
 
 
-@pytest.fixture
-def slow_words(database_url: str, tmp_path: Path) -> Iterator[Server]:
-    env = {"LANTERN_OFFLINE_WORD_DELAY": "20ms"}
-    server = Server(database_url, tmp_path / "serve.log", env=env).start()
-    yield server
-    server.stop()
-
-
 async def test_a_model_steps_text_arrives_as_deltas_that_are_never_journaled(
-    slow_words: Server,
+    http: httpx.AsyncClient,
 ) -> None:
-    http = await client_for(slow_words)
-    try:
-        await _live_deltas(http)
-    finally:
-        await http.aclose()
+    await _live_deltas(http)
 
 
 async def _live_deltas(http: httpx.AsyncClient) -> None:
@@ -200,165 +221,84 @@ def _texts(got: list[Frame]) -> dict[str, str]:
     return live.texts
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    provider = FakeProvider(script=Script(["Hello there, Ada Lovelace."]), chunk_delay=0.01)
-    provider.start()
-    yield provider
-    provider.close()
+# The same model step, broken off after two words and retried, in each kind of run that streams a
+# model's text: a graph's ai-step, a code-first ctx.model, and a Pydantic AI agent's run_stream
+# (durable(agent) with a real OpenAIChatModel) inside a code-first agent. (A microVM workload's
+# ctx.model is a call to the control plane, which streams it: tests/runtime.)
+KINDS: dict[str, tuple[str, Callable[[Any], Any]]] = {  # the model step, the answer in the output
+    "graph": ("draft", lambda output: output["text"]),
+    "code": ("draft", lambda output: output),
+    "pydantic-ai": ("clerk.model", lambda output: output["answer"]),
+}
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-async def test_a_retried_steps_deltas_replace_the_failed_attempts(
-    database_url: str, tmp_path: Path, fake: FakeProvider
-) -> None:
-    server = Server(database_url, tmp_path / "serve.log", env=fake.env()).start()
-    http = await client_for(server)
-    try:
+async def start_retried(http: httpx.AsyncClient, kind: str) -> str:
+    if kind == "graph":
         retry = {"maxAttempts": 2, "backoffMs": 50, "retryableClasses": ["llm"]}
-        definition = gated_model("flaky", "gpt-4o-mini", retry=retry)
-        run_id = await start(http, definition, {"text": "Greet Ada"})
-        fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
-        stream = frames(http, run_id)
-        got: list[Frame] = []
-        await until_waiting(stream, got)
-        await approve(http, run_id)
-        got += [f async for f in stream]
-    finally:
-        await http.aclose()
-        server.stop()
-    kinds = [(f.event, f.data.get("kind") or f.data.get("attempt")) for f in got]
-    deltas = [f.data for f in got if f.event == "delta"]
-    first = [d["text"] for d in deltas if d["attempt"] == 1]
-    second = [d["text"] for d in deltas if d["attempt"] == 2]
-    assert "".join(first) == "Hello there, "
-    assert "".join(second) == "Hello there, Ada Lovelace."
-    (reset,) = [f for f in got if f.event == "reset"]
-    assert reset.data == {"stepId": "draft", "attempt": 2, "replaces": 1}
-    retrying = next(i for i, f in enumerate(got) if f.data.get("kind") == "step_retrying")
-    # The stream says so before the new attempt's text: after the retry, before its deltas.
-    assert (
-        retrying
-        < got.index(reset)
-        < min(i for i, f in enumerate(got) if f.event == "delta" and f.data["attempt"] == 2)
-    ), kinds
-    # A client applying the frames shows the text once: the second attempt's, not both.
-    assert _texts(got) == {"draft": "Hello there, Ada Lovelace."}
-    first_key, second_key = (r.key for r in fake.calls())
-    assert first_key != second_key  # each attempt its own key
+        return await start(http, gated_model("flaky", "gpt-4o-mini", retry=retry), {"text": "Hi"})
+    agent, input = (
+        ("streamed", {"text": "Greet Ada"})
+        if kind == "code"
+        else ("clerk", {"question": "Hi", "stream": True})
+    )
+    created = await http.post("/v1/runs", json={"agentName": agent, "input": input})
+    created.raise_for_status()
+    return str(created.json()["id"])
 
 
-async def test_a_code_agents_model_step_streams_and_a_retry_replaces_its_text(
-    database_url: str, tmp_path: Path, fake: FakeProvider
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_a_retried_model_steps_deltas_replace_the_failed_attempts(
+    http: httpx.AsyncClient, fake: FakeProvider, kind: str
 ) -> None:
-    """ctx.model streams as a graph's model step does: deltas on the stream, live before the
-    step's end is journaled, never journaled, a retry's text replacing the broken attempt's."""
-    app = "tests.crash.code_app:app"
-    server = Server(database_url, tmp_path / "serve.log", env=fake.env(), app=app).start()
-    http = await client_for(server)
-    try:
-        created = await http.post(
-            "/v1/runs", json={"agentName": "streamed", "input": {"text": "Greet Ada"}}
-        )
-        created.raise_for_status()
-        run_id = str(created.json()["id"])
-        fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
-        # Words far enough apart that a loaded machine still passes them on one by one.
-        fake.chunk_delay = 0.15
-        stream = frames(http, run_id)
-        got: list[Frame] = []
-        await until_waiting(stream, got)
-        await approve(http, run_id)
-        got += [f async for f in stream]
-        stored = await journal_of(http, run_id)
-    finally:
-        await http.aclose()
-        server.stop()
+    """Deltas on the stream, live before the step's end is journaled, never journaled; the
+    stream says `reset` after the retry and before the new attempt's text, so a client shows
+    the second attempt's text once, not both; each attempt sent with its own key."""
+    step, answer = KINDS[kind]
+    sent = len(fake.calls())
+    run_id = await start_retried(http, kind)
+    fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
+    stream = frames(http, run_id)
+    got: list[Frame] = []
+    await until_waiting(stream, got)
+    await approve(http, run_id)
+    got += [f async for f in stream]
+    stored = await journal_of(http, run_id)
+    kinds = [(f.event, f.data.get("kind") or f.data.get("attempt")) for f in got]
     deltas = [f for f in got if f.event == "delta"]
-    assert {d.data["stepId"] for d in deltas} == {"draft"}
+    assert {d.data["stepId"] for d in deltas} == {step}
     assert "".join(d.data["text"] for d in deltas if d.data["attempt"] == 1) == "Hello there, "
     second = [d for d in deltas if d.data["attempt"] == 2]
     assert len(second) >= 2  # it came in pieces
     assert "".join(d.data["text"] for d in second) == "Hello there, Ada Lovelace."
     (reset,) = [f for f in got if f.event == "reset"]
-    assert reset.data == {"stepId": "draft", "attempt": 2, "replaces": 1}
+    assert reset.data == {"stepId": step, "attempt": 2, "replaces": 1}
+    retrying = next(i for i, f in enumerate(got) if f.data.get("kind") == "step_retrying")
+    assert retrying < got.index(reset) < got.index(second[0]), kinds
     completed = next(
         i
         for i, f in enumerate(got)
-        if f.event == "journal"
-        and f.data["kind"] == "step_completed"
-        and f.data["stepId"] == "draft"
+        if f.event == "journal" and f.data["kind"] == "step_completed" and f.data["stepId"] == step
     )
     assert got.index(second[-1]) < completed  # live, before the step's end was journaled
-    assert _texts(got) == {"draft": "Hello there, Ada Lovelace."}
+    assert _texts(got) == {step: "Hello there, Ada Lovelace."}
     assert [f.data for f in journal(got)] == stored
     assert not any("delta" in e["kind"] for e in stored)
     assert stored[-1]["kind"] == "run_succeeded"
-    assert stored[-1]["data"]["output"] == "Hello there, Ada Lovelace."
-
-
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-async def test_a_pydantic_ai_agents_run_stream_streams_and_a_retry_replaces_its_text(
-    database_url: str, tmp_path: Path, fake: FakeProvider
-) -> None:
-    """durable(agent).run_stream with a real OpenAIChatModel streams each model request's text
-    as ctx.model does (the same test above, for a code-first ctx.model): deltas live before the
-    step's end, never journaled, a retried request's text replacing the broken attempt's, and
-    each attempt sent with its own key."""
-    app = "tests.crash.pydantic_app:app"
-    env = {**fake.env(), "PAI_LOG": str(tmp_path / "calls.jsonl")}
-    server = Server(database_url, tmp_path / "serve.log", env=env, app=app).start()
-    http = await client_for(server)
-    try:
-        created = await http.post(
-            "/v1/runs", json={"agentName": "clerk", "input": {"question": "Hi", "stream": True}}
-        )
-        created.raise_for_status()
-        run_id = str(created.json()["id"])
-        fake.cut("gpt-4o-mini", 2)  # the first attempt breaks off after two words
-        fake.chunk_delay = 0.15
-        stream = frames(http, run_id)
-        got: list[Frame] = []
-        await until_waiting(stream, got)
-        await approve(http, run_id)
-        got += [f async for f in stream]
-        stored = await journal_of(http, run_id)
-    finally:
-        await http.aclose()
-        server.stop()
-    deltas = [f for f in got if f.event == "delta"]
-    assert {d.data["stepId"] for d in deltas} == {"clerk.model"}
-    assert "".join(d.data["text"] for d in deltas if d.data["attempt"] == 1) == "Hello there, "
-    second = [d for d in deltas if d.data["attempt"] == 2]
-    assert len(second) >= 2  # it came in pieces
-    assert "".join(d.data["text"] for d in second) == "Hello there, Ada Lovelace."
-    (reset,) = [f for f in got if f.event == "reset"]
-    assert reset.data == {"stepId": "clerk.model", "attempt": 2, "replaces": 1}
-    completed = next(
-        i
-        for i, f in enumerate(got)
-        if f.event == "journal"
-        and f.data["kind"] == "step_completed"
-        and f.data["stepId"] == "clerk.model"
-    )
-    assert got.index(second[-1]) < completed  # live, before the step's end was journaled
-    assert _texts(got) == {"clerk.model": "Hello there, Ada Lovelace."}
-    assert not any("delta" in e["kind"] for e in stored)
-    assert stored[-1]["data"]["output"] == {"answer": "Hello there, Ada Lovelace."}
-    assert [r.key for r in fake.calls()] == [
-        idempotency_key(run_id, "clerk.model", 1),
-        idempotency_key(run_id, "clerk.model", 2),
+    assert answer(stored[-1]["data"]["output"]) == "Hello there, Ada Lovelace."
+    assert [r.key for r in fake.calls()[sent:]] == [
+        idempotency_key(run_id, step, 1),
+        idempotency_key(run_id, step, 2),
     ]
 
 
-async def test_lantern_runs_follow_prints_events_and_live_text(slow_words: Server) -> None:
-    http = await client_for(slow_words, "default")
+async def test_lantern_runs_follow_prints_events_and_live_text(server: Server) -> None:
+    http = await client_for(server, f"follow-{secrets.token_hex(4)}")
     key = http.headers["authorization"].removeprefix("Bearer ")
     text = "alpha beta gamma delta"
     try:
         run_id = await start(http, gated_model("follow-me", "offline/echo"), {"text": text})
         env = {k: v for k, v in os.environ.items() if k != "LANTERN_DATABASE_URL"}
-        env |= {"LANTERN_URL": slow_words.url, "LANTERN_API_KEY": key, "PYTHONUNBUFFERED": "1"}
+        env |= {"LANTERN_URL": server.url, "LANTERN_API_KEY": key, "PYTHONUNBUFFERED": "1"}
         proc = await asyncio.create_subprocess_exec(
             LANTERN, "runs", "follow", run_id, env=env, stdout=asyncio.subprocess.PIPE
         )
