@@ -3,6 +3,7 @@ server's (an operator's), and hostile input answered with problem+json that chan
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -77,3 +78,11 @@ def test_limits_round_trip_validation_and_who_may_set_them(api_server: Server) -
         assert admin.delete("/v1/limits/openai-tpm").status_code == 404
         assert operator.delete("/v1/limits/fleet", params={"scope": "server"}).status_code == 204
         assert names(admin) == []
+        # A workspace holds at most 100 (every model call reads them); replacing one is fine.
+        with ThreadPoolExecutor(8) as pool:
+            made = pool.map(lambda n: other.put(f"/v1/limits/l{n}", json=TPM), range(100))
+            assert {r.status_code for r in made} == {200}
+        full = other.put("/v1/limits/one-more", json=TPM)
+        assert full.status_code == 422 and "at most 100" in full.json()["detail"]
+        assert other.put("/v1/limits/l7", json={**TPM, "tokensPerMinute": 5}).status_code == 200
+        assert admin.put("/v1/limits/mine", json=TPM).status_code == 200  # another workspace

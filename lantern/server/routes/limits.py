@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
-from lantern.errors import NotFound
+from lantern.errors import NotFound, UsageError
 from lantern.models.limit_spec import check_name, parse_limit
 from lantern.server import auth
 from lantern.server.auth import OPERATOR, require
@@ -21,6 +21,7 @@ from lantern.server.schemas import PROBLEMS
 from lantern.store.model_limits import SERVER, limit_json
 from lantern.store.records import ApiKey
 
+MAX_LIMITS = 100  # per workspace (and for the server): each model call reads them all
 router = APIRouter(prefix="/v1/limits", tags=["limits"], responses=PROBLEMS)
 Name = Annotated[str, Path(min_length=1, max_length=100)]
 Scope = Annotated[Literal["workspace", "server"], Query(alias="scope")]
@@ -56,6 +57,12 @@ async def put(
     spec = parse_limit(body)
     where = _scope(key, spec.server)
     store = services(request).store
+    if await store.get_limit(where, name) is None:
+        if len(await store.list_limits((where,))) >= MAX_LIMITS:
+            raise UsageError(
+                f"at most {MAX_LIMITS} rate limits per workspace (and for the server): every"
+                " model call reads them; delete one first"
+            )
     limit = await store.put_limit(
         where, name, spec.model, spec.tokens_per_minute, spec.requests_per_minute
     )
