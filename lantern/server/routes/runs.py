@@ -7,7 +7,7 @@ import base64
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from lantern.engine.approvals import decide
@@ -15,7 +15,7 @@ from lantern.engine.cancel import cancel_run
 from lantern.engine.resume import resume_run
 from lantern.engine.runs import create_run
 from lantern.engine.schedules import schedule_of_key
-from lantern.engine.signals import send
+from lantern.engine.signals import NAME, send
 from lantern.errors import UsageError
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.ratelimit import StreamsExceeded
@@ -322,7 +322,7 @@ async def approve(
 @router.post("/{run_id}/signals/{name}", status_code=202, response_model=SignalOut)
 async def signal(
     run_id: str,
-    name: str,
+    name: Annotated[str, Path(pattern=NAME.pattern)],
     body: SendSignal,
     request: Request,
     key: Annotated[ApiKey, Depends(scope("runs:execute"))],
