@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
 
-from lantern.store.records import TERMINAL, RunStatus
+from lantern.statuses import TERMINAL, RunStatus
 
 T = TypeVar("T")
 

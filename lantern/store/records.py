@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-RunStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+from lantern.statuses import TERMINAL as TERMINAL
+from lantern.statuses import RunStatus as RunStatus
+
 ACTIVE: tuple[RunStatus, ...] = ("queued", "running")
 
 

@@ -119,6 +119,8 @@ def test_a_command_through_a_server_imports_the_client_but_no_engine_or_driver(
         modules = imported(args, env)
         assert "lantern.sdk.client" in modules, args
         assert under(modules - VOCABULARY, HEAVY) == [], args
+        # Nor the store's records (dozens of dataclasses): the client reads statuses only.
+        assert "lantern.store.records" not in modules, args
 
 
 def test_the_cli_default_workspace_is_the_engines() -> None:
