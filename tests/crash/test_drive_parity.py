@@ -348,7 +348,7 @@ async def microvm_facts(store: Store, tmp_path: Path) -> dict[str, Any]:
     return journal_facts(run_id, await store.events(run_id, blobs=True))
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the drives, not the SQL
+@pytest.mark.timeout(300)  # three runs, each killed and recovered: five servers, a cluster
 async def test_graph_code_first_and_microvm_runs_journal_the_same_step_facts(
     store: Store, tmp_path: Path
 ) -> None:
