@@ -149,6 +149,12 @@ expected-statuses = ["2xx", "404", "409", "422"]
 include-path-regex = "^/v1/runtime/(report|steps|step|call)$"
 checks.positive_data_acceptance.expected-statuses = ["401"]
 
+# The runtime scheduler and nodes serve every workspace: they answer only an operator key
+# (lantern keys create --operator), and the fuzzer's workspace admin key is refused (403).
+[[operations]]
+include-path-regex = "^/v1/runtime/(nodes|scheduler)$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "403"]
+
 # A rate limit of the whole server (``"scope": "server"``) is an operator's (docs/rate-limits.md):
 # the fuzzer's workspace admin key is refused it, and that refusal is the answer to check.
 [[operations]]
