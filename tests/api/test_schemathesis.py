@@ -161,12 +161,6 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "403"]
 include-path-regex = "^/v1/limits"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "403", "404", "409", "422"]
 
-# The cluster's own operations need an operator key (docs/runtime.md), which no workspace's key
-# is, admin or not: the fuzzer's key is refused there, and that refusal is the answer to check.
-[[operations]]
-include-path-regex = "^/v1/runtime/(scheduler|nodes)$"
-checks.positive_data_acceptance.expected-statuses = ["403"]
-
 """
 
 
