@@ -80,6 +80,11 @@ class Worker:
         # Runs handed to a drive at their create (``take``), until that drive ends: a claim
         # of one of them meanwhile starts no second drive.
         self._taken: set[str] = set()
+        # A claim's lease on a taken run, kept until the create's drive ends: that drive may
+        # already have parked the run (a follower sees the park before the drive is over),
+        # and a decision's wake then claimed it; dropped, nobody drove the run until the
+        # lease expired.
+        self._claimed_meanwhile: dict[str, Lease] = {}
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
         self.live = LiveText()  # the live text of the model steps this process runs
@@ -234,9 +239,11 @@ class Worker:
     def _start(self, run_id: str, lease: Lease | None, known: Run | None = None) -> None:
         assert self.runner is not None, "use the worker as an async context manager"
         if lease is not None and run_id in self._taken:
-            # Claimed while the drive its create started opens it: that drive's lease (it
-            # leases with the same worker id) supersedes this one, or its opening finds the
-            # run started and it gives way; one drive, not two.
+            # Claimed while the drive its create started is under way: one drive, not two.
+            # Driven when that one ends: if the claim came before its opening, that drive's
+            # lease (the same worker id) superseded this one, and this drive finds its lease
+            # lost and writes nothing; if the run parked and was woken since, this drives it.
+            self._claimed_meanwhile[run_id] = lease
             return
         task = asyncio.create_task(self._drive(run_id, lease, known), name=f"drive {run_id}")
         self._runs.add(task)
@@ -244,7 +251,11 @@ class Worker:
 
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
-        self._taken.discard(task.get_name().removeprefix("drive "))
+        run_id = task.get_name().removeprefix("drive ")
+        self._taken.discard(run_id)
+        claimed = self._claimed_meanwhile.pop(run_id, None)
+        if claimed is not None and not self.stopping.is_set():
+            self._start(run_id, claimed)
         self._wake.set()
         self.recovery.slot_freed()
 

@@ -1,0 +1,68 @@
+"""A decision that arrives while its run's drive is still ending its park is not lost.
+
+A run driven at its create (no claim) parks at its approval, and its follower sees the
+park's ``step_waiting`` before that drive has ended. A decision sent right then wakes the
+run, and the replica's next claim takes it; that claim used to be dropped as a second drive
+of a run the create's drive still held, with its lease kept: nobody drove the run until the
+lease expired (a minute) and the sweep took it. Each run here is decided the moment its
+stream shows the park (both backends, a real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from tests.server import Server
+from tests.sse import frames
+
+RUNS = 8
+
+AGENT = {
+    "name": "ask",
+    "graph": {
+        "nodes": [
+            {"id": "start", "type": "trigger"},
+            {"id": "ok", "type": "approval", "data": {"prompt": "Go on?"}},
+        ],
+        "edges": [{"source": "start", "target": "ok"}],
+    },
+}
+
+
+async def _decide_at_park(http: httpx.AsyncClient, decision: str) -> tuple[str, float]:
+    made = await http.post("/v1/runs", json={"agentName": "ask", "input": {}})
+    assert made.status_code in (200, 201, 202), made.text
+    run_id = made.json()["id"]
+    decided_at = 0.0
+    async for frame in frames(http, run_id):
+        if frame.event == "journal" and frame.data["kind"] == "step_waiting":
+            answer = await http.post(f"/v1/runs/{run_id}/approvals/ok", json={"decision": decision})
+            assert answer.status_code == 202, answer.text
+            decided_at = time.monotonic()
+        if frame.event == "journal" and frame.data["kind"] in ("run_succeeded", "run_failed"):
+            return frame.data["kind"], time.monotonic() - decided_at
+    raise AssertionError(f"the stream of {run_id} ended before the run did")
+
+
+async def _all(server: Server, key: str) -> list[tuple[str, float]]:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as http:
+        (await http.put("/v1/agents/ask", json=AGENT)).raise_for_status()
+        decisions = ["approve", "reject"] * (RUNS // 2)
+        return await asyncio.wait_for(
+            asyncio.gather(*(_decide_at_park(http, d) for d in decisions)), 40
+        )
+
+
+def test_a_decision_right_at_the_park_goes_on_at_once(module_server: Server) -> None:
+    _, key = module_server.workspace_key()
+    ends = asyncio.run(_all(module_server, key))
+    assert sorted(kind for kind, _ in ends) == ["run_failed"] * (RUNS // 2) + ["run_succeeded"] * (
+        RUNS // 2
+    )
+    # Woken and claimed by the replica at once, not by the sweep after a lease TTL (60 s).
+    slowest = max(took for _, took in ends)
+    assert slowest < 15, f"a decided run ended {slowest:.1f} s after its decision"
