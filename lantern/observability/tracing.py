@@ -282,14 +282,7 @@ class StepSpan:
         self._span = tracer.start_span(
             f"step {step_id}",
             current,
-            attributes={
-                "lantern.run_id": run_id,
-                "lantern.step_id": step_id,
-                "lantern.node_type": node_type,
-                "lantern.attempt": attempt,
-                "lantern.idempotency_key": key,
-                "lantern.replayed": False,
-            },
+            attributes=_step_attributes(run_id, step_id, node_type, attempt, key),
             record_exception=False,
             set_status_on_exception=False,
         )
@@ -306,6 +299,20 @@ class StepSpan:
     def _end(self) -> None:
         otel_context.detach(self._token)
         self._span.end()
+
+
+def _step_attributes(
+    run_id: str, step_id: str, node_type: str, attempt: int, key: str
+) -> dict[str, Any]:
+    """What every step span carries, whether the step ran here or in a microVM."""
+    return {
+        "lantern.run_id": run_id,
+        "lantern.step_id": step_id,
+        "lantern.node_type": node_type,
+        "lantern.attempt": attempt,
+        "lantern.idempotency_key": key,
+        "lantern.replayed": False,
+    }
 
 
 def _succeeded(span: trace.Span, output: Any) -> None:
@@ -357,14 +364,7 @@ def reported_step(
     span = tracer.start_span(
         f"step {step_id}",
         run_context(run_id),
-        attributes={
-            "lantern.run_id": run_id,
-            "lantern.step_id": step_id,
-            "lantern.node_type": node_type,
-            "lantern.attempt": attempt,
-            "lantern.idempotency_key": key,
-            "lantern.replayed": False,
-        },
+        attributes=_step_attributes(run_id, step_id, node_type, attempt, key),
         start_time=started_ns,
         record_exception=False,
         set_status_on_exception=False,
