@@ -36,6 +36,10 @@ SLOT_MS = 1_000
 SLOTS = 62
 SWAPS = 20  # conditional writes tried before a busy limit counts as throttling
 BUSY_WAIT_MS = 200
+# How old the list of limits a call checks may be: every model call asks and most find none, so
+# the list is read once a second per workspace, not once a call. A limit set or deleted applies
+# at once on the replica that took the request (``definitions.forget``), within this on others.
+DEFINITIONS_TTL_S = 1.0
 
 
 def slot_of(now_ms: int) -> int:
@@ -109,6 +113,32 @@ def matches(limit: ModelLimit, model: str) -> bool:
     return fnmatchcase(qualified(model), limit.model)
 
 
+class _Definitions:
+    """The limits of each (store, scopes), read at most once a ``DEFINITIONS_TTL_S``. A window
+    read with them may be as old: a call it seems to fit is still written conditionally on the
+    version, and a call it seems to refuse looks again before it waits."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, tuple[str, ...]], tuple[float, object, list[ModelLimit]]] = {}
+
+    async def get(self, store: ModelLimitStore, scopes: tuple[str, ...]) -> list[ModelLimit]:
+        now = time.monotonic()
+        hit = self._seen.get((id(store), scopes))
+        if hit is not None and hit[1] is store and now - hit[0] < DEFINITIONS_TTL_S:
+            return hit[2]
+        found = await store.list_limits(scopes)
+        if len(self._seen) > 10_000:  # many workspaces: start over rather than grow
+            self._seen.clear()
+        self._seen[(id(store), scopes)] = (now, store, found)
+        return found
+
+    def forget(self) -> None:
+        self._seen.clear()
+
+
+definitions = _Definitions()
+
+
 @dataclass(frozen=True)
 class _Held:
     scope: str
@@ -174,7 +204,7 @@ class Limiter:
         ``Throttled`` (nothing kept reserved) or a StepError for a call too large to fit."""
         found = [
             limit
-            for limit in await self.store.list_limits((self.workspace, SERVER))
+            for limit in await definitions.get(self.store, (self.workspace, SERVER))
             if matches(limit, model)
         ]
         for limit in found:
@@ -192,16 +222,20 @@ class Limiter:
 
     async def _one(self, limit: ModelLimit, tokens: int) -> _Held:
         current: ModelLimit | None = limit
+        fresh = False  # ``limit`` may be up to DEFINITIONS_TTL_S old
         for _ in range(SWAPS):
             if current is None:  # deleted meanwhile: nothing to hold
                 return _Held(limit.scope, limit.name, -1, 0)
             now_ms = int(self.clock() * 1000)
             decided = admit(current, now_ms, tokens)
+            if isinstance(decided, int) and not fresh:
+                current, fresh = await self.store.get_limit(limit.scope, limit.name), True
+                continue
             if isinstance(decided, int):
                 # Spread the waiters a little, so they do not all ask again at one instant.
                 jitter = int(random.random() * min(1000, decided // 10 + 50))
                 raise Throttled(current.name, decided + jitter)
             if await self.store.swap_window(current, decided):
                 return _Held(current.scope, current.name, slot_of(now_ms), tokens)
-            current = await self.store.get_limit(limit.scope, limit.name)
+            current, fresh = await self.store.get_limit(limit.scope, limit.name), True
         raise Throttled(limit.name, BUSY_WAIT_MS)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from lantern.errors import NotFound, UsageError
 from lantern.models.limit_spec import check_name, parse_limit
+from lantern.models.throttle import definitions
 from lantern.server import auth
 from lantern.server.auth import OPERATOR, require
 from lantern.server.deps import services
@@ -66,6 +67,7 @@ async def put(
     limit = await store.put_limit(
         where, name, spec.model, spec.tokens_per_minute, spec.requests_per_minute
     )
+    definitions.forget()
     return limit_json(limit)
 
 
@@ -85,4 +87,5 @@ async def delete(
     where = _scope(key, within == "server")
     if not await services(request).store.delete_limit(where, name):
         raise NotFound(f"rate limit {name!r} not found")
+    definitions.forget()
     return Response(status_code=204)
