@@ -236,16 +236,18 @@ class Worker:
         self._taken.add(run.id)
         self._start(run.id, None, run)
 
-    def _start(self, run_id: str, lease: Lease | None, known: Run | None = None) -> None:
+    def _start(
+        self, run_id: str, lease: Lease | None, known: Run | None = None, held: bool = True
+    ) -> None:
         assert self.runner is not None, "use the worker as an async context manager"
         if lease is not None and run_id in self._taken:
             # Claimed while the drive its create started is under way: one drive, not two.
-            # Driven when that one ends: if the claim came before its opening, that drive's
-            # lease (the same worker id) superseded this one, and this drive finds its lease
-            # lost and writes nothing; if the run parked and was woken since, this drives it.
+            # Driven when that one ends if the lease is still current: the run parked and
+            # was woken since; a claim before that drive's opening was superseded by it (the
+            # same worker id), and is let go without a drive.
             self._claimed_meanwhile[run_id] = lease
             return
-        task = asyncio.create_task(self._drive(run_id, lease, known), name=f"drive {run_id}")
+        task = asyncio.create_task(self._drive(run_id, lease, known, held), name=f"drive {run_id}")
         self._runs.add(task)
         task.add_done_callback(self._done)
 
@@ -255,13 +257,20 @@ class Worker:
         self._taken.discard(run_id)
         claimed = self._claimed_meanwhile.pop(run_id, None)
         if claimed is not None and not self.stopping.is_set():
-            self._start(run_id, claimed)
+            self._start(run_id, claimed, held=False)
         self._wake.set()
         self.recovery.slot_freed()
 
-    async def _drive(self, run_id: str, lease: Lease | None, known: Run | None) -> object:
+    async def _drive(
+        self, run_id: str, lease: Lease | None, known: Run | None, held: bool
+    ) -> object:
+        """``held`` False: ``lease`` waited for another drive of the run to end; driven only
+        if it is still current (renewed here), as a claimed lease always is when started."""
         assert self.runner is not None
         try:
+            if lease is not None and not held:
+                if not await self.store.renew_lease(lease, self.keeper.ttl):
+                    return None
             return await self.runner.drive(run_id, lease, known=known)
         except Exception:
             log.exception("run %s stopped on an error", run_id)
