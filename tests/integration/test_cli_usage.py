@@ -269,7 +269,7 @@ def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: P
     key = make_key(
         sqlite_server.database_url, "default", ALL_SCOPES + ",secrets:read,secrets:write"
     )
-    admin = make_key(sqlite_server.database_url, "default", "admin")
+    operator = make_key(sqlite_server.database_url, "default", "", operator=True)
     with Client(sqlite_server.url, key) as client:
         client.apply_agent(NOOP)
         run = client.wait(client.create_run("noop", {"x": 1}).id, timeout=30)
@@ -306,10 +306,10 @@ def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: P
     assert again.returncode == 1 and "not found" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
 
-    nodes = remote(admin, "runtime", "nodes")
+    nodes = remote(operator, "runtime", "nodes")  # the cluster's state: an operator's
     assert nodes.returncode == 0 and "heartbeat" in nodes.stdout, nodes.stderr
-    refused = remote(key, "runtime", "nodes")  # no admin scope
-    assert refused.returncode == 1 and "admin" in refused.stderr, refused.stderr
+    refused = remote(key, "runtime", "nodes")  # every workspace scope, but not an operator
+    assert refused.returncode == 1 and "operator" in refused.stderr, refused.stderr
     vms = remote(key, "runtime", "vms", run.id)  # a graph run has no VMs
     assert vms.returncode == 0 and "vm" in vms.stdout and run.id not in vms.stdout, vms.stderr
     assert_usage_line(remote(key, "runtime", "vms"), "needs a RUN_ID")
