@@ -117,6 +117,34 @@ def key_prefix(name: str) -> str:
     return f"{SCHEDULE_KEYS}{name}|"
 
 
+def schedule_runs_query(
+    columns: str,
+    mark: str,
+    workspace: str,
+    name: str,
+    status: str | None,
+    agent_name: str | None,
+    limit: int,
+    before: str | None,
+) -> tuple[str, list[Any]]:
+    """``ScheduleStore.schedule_runs`` as one SQL text and its arguments, for a backend whose
+    placeholder is ``mark`` (the two differ in nothing else)."""
+    prefix = key_prefix(name)
+    sql = (
+        f"SELECT {columns} FROM runs WHERE workspace = {mark}"
+        f" AND substr(idempotency_key, 1, {mark}) = {mark}"
+    )
+    args: list[Any] = [workspace, len(prefix), prefix]
+    for column, value in (("status", status), ("agent_name", agent_name)):
+        if value is not None:
+            sql += f" AND {column} = {mark}"
+            args.append(value)
+    if before is not None:
+        sql += f" AND id < {mark}"
+        args.append(before)
+    return sql + f" ORDER BY id DESC LIMIT {mark}", [*args, limit]
+
+
 def rfc3339(t: datetime) -> str:
     """A fire time as keys and the API write it: UTC, whole seconds unless it has a fraction."""
     t = t.astimezone(UTC)

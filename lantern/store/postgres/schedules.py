@@ -14,7 +14,7 @@ from lantern.store.records import Run
 from lantern.store.schedules import (
     Advance,
     Schedule,
-    key_prefix,
+    schedule_runs_query,
     skips_from_json,
     skips_to_json,
 )
@@ -135,20 +135,10 @@ class Schedules(PostgresConnection):
         limit: int = 50,
         before: str | None = None,
     ) -> list[Run]:
-        prefix = key_prefix(name)
-        sql = (
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE workspace = %s"
-            " AND substr(idempotency_key, 1, %s) = %s"
+        sql, args = schedule_runs_query(
+            _RUN_COLUMNS, "%s", workspace, name, status, agent_name, limit, before
         )
-        args: list[Any] = [workspace, len(prefix), prefix]
-        for column, value in (("status", status), ("agent_name", agent_name)):
-            if value is not None:
-                sql += f" AND {column} = %s"
-                args.append(value)
-        if before is not None:
-            sql += " AND id < %s"
-            args.append(before)
-        rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT %s", (*args, limit))
+        rows = await self._fetchall(sql, tuple(args))
         return [_run(r) for r in rows]
 
     async def run_key(self, run_id: str) -> str | None:

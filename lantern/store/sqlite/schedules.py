@@ -13,7 +13,7 @@ from lantern.store.records import Run
 from lantern.store.schedules import (
     Advance,
     Schedule,
-    key_prefix,
+    schedule_runs_query,
     skips_from_json,
     skips_to_json,
 )
@@ -142,21 +142,9 @@ class Schedules(SQLiteConnection):
         limit: int = 50,
         before: str | None = None,
     ) -> list[Run]:
-        prefix = key_prefix(name)
-        sql = (
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE workspace = ?"
-            " AND substr(idempotency_key, 1, ?) = ?"
+        sql, args = schedule_runs_query(
+            _RUN_COLUMNS, "?", workspace, name, status, agent_name, limit, before
         )
-        args: list[Any] = [workspace, len(prefix), prefix]
-        for column, value in (("status", status), ("agent_name", agent_name)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                args.append(value)
-        if before is not None:
-            sql += " AND id < ?"
-            args.append(before)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(limit)
         rows = await self._read(lambda c: c.execute(sql, args).fetchall())
         return [_run(r) for r in rows]
 
