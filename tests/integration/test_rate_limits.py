@@ -123,6 +123,7 @@ async def test_a_throttled_model_step_waits_then_runs(
     store: Store, fake: FakeProvider, kind: str
 ) -> None:
     await store.put_limit("default", "tpm", "openai/*", 100, None)
+    await fill(store, "tpm", 95, leaves_in_s=1.5)  # full before the step can reserve
     done = await run_one(store, kind, lambda run_id: keep_full(store, "tpm", run_id))
     assert done.status == "succeeded", done.error
     events = await journal(store, done.id)
