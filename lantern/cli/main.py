@@ -166,6 +166,7 @@ def run_agent(
                 result = await api.wait(submitted.id)
             click.echo(json.dumps(run_json(result), indent=2))
             return 0 if result.status == "succeeded" else 1
+        from lantern.engine import own_start
         from lantern.engine.runs import create_run
         from lantern.engine.worker import Worker
         from lantern.models.registry import Models
@@ -190,7 +191,15 @@ def run_agent(
                     tool_threads=s.tool_threads,
                 ) as w:
                     assert w.runner is not None
-                    finished = await w.runner.drive(created.id)
+                    lease = None
+                    if created.flow is not None:  # started only as a claim would start it
+                        lease = await own_start.slot(
+                            store, created, w.worker_id, s.lease_ttl, lambda: _queued(created)
+                        )
+                    if created.flow is not None and lease is None:
+                        finished = await own_start.settled(store, created.id)  # a server has it
+                    else:
+                        finished = await w.runner.drive(created.id, lease)
             finally:
                 await models.aclose()
             if finished is None:
@@ -201,6 +210,12 @@ def run_agent(
         return 0 if finished.status == "succeeded" else 1
 
     sys.exit(run(body))
+
+
+def _queued(run: Any) -> None:
+    flow = run.flow
+    held = f"concurrency key {flow.key!r}" if flow.key else f"agent {run.agent_name}"
+    click.echo(f"run {run.id} waits for a free slot of its {held}", err=True)
 
 
 @cli.group()

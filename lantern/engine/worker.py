@@ -190,7 +190,15 @@ class Worker:
                 driving = {t.get_name() for t in self._runs}
                 fresh = [r for r in found if f"drive {r}" not in driving]
                 for run_id in fresh[: max(0, self.max_concurrent - len(self._runs))]:
-                    self._start(run_id, None)
+                    # Through the claim's decision: a run under flow control starts only
+                    # when its key and its agent have a slot for it (else the next pass).
+                    try:
+                        lease = await self.store.claim_run(run_id, self.worker_id, self.keeper.ttl)
+                    except Exception as exc:
+                        log.warning("could not adopt run %s: %s", run_id, exc)
+                        break
+                    if lease is not None:
+                        self._start(run_id, lease)
             with suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), self.recovery.interval)
 

@@ -103,6 +103,14 @@ class LeaseStore(Protocol):
     ) -> list[Lease]:
         """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
 
+    async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        """Lease one queued or parked run, as the claim would: under the claim's lock, and
+        for a run under flow control only while its key's and its agent's limits leave it a
+        slot after the runs of its key queued before it (lantern/store/claims.py ``admits``).
+        None when it may not start now, or has a live lease, or is not queued or waiting.
+        For a start that is not a replica's claim: a run the CLI executes in its own process,
+        a parked code-first run adopted by a replica that has its version."""
+
     async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
         """Queued or running runs whose lease is absent or expired, oldest first, at most
         ``limit``: each with the lease this call stole for it, or None where another won."""

@@ -15,6 +15,10 @@ The rules, in order:
 - due parked runs resume first (they started before anything queued), within those limits;
 - queued runs are taken round-robin across workspaces, the workspace served least recently
   first; within a workspace, higher priority first, then the oldest.
+
+A run started on its own rather than by a replica's claim (``Store.claim_run``: a run the CLI
+executes in its own process, a parked code-first run adopted by a replica that has its version)
+is decided by ``admits``, under the same lock and with the same counts.
 """
 
 from __future__ import annotations
@@ -100,3 +104,15 @@ def pick(
             if len(chosen) >= limit:
                 break
     return chosen
+
+
+def admits(run: Candidate, ahead: int, group_held: int, agent_held: int) -> bool:
+    """Whether a claim would start ``run`` now on its own, ``group_held`` and ``agent_held``
+    the slots its flow group and its agent hold (its own lease left out): within both limits
+    once the ``ahead`` runs of its group queued before it have taken theirs (none for a
+    parked run, which started before anything queued)."""
+    if run.flow_key is None:
+        return True
+    if run.flow_limit is not None and group_held + ahead >= run.flow_limit:
+        return False
+    return run.flow_max is None or agent_held + ahead < run.flow_max

@@ -30,9 +30,9 @@ async def claim(store: Store, limit: int = 10) -> list[str]:
     return [lease.run_id for lease in await store.claim_runs("w", 60, limit, ("queued",))]
 
 
-async def end(store: Store, run_id: str, status: Any) -> None:
+async def end(store: Store, run_id: str, status: Any, worker: str = "w") -> None:
     """Open the claimed run and finish or park it, as its drive would."""
-    lease = await store.acquire_lease(run_id, "w", 60)
+    lease = await store.acquire_lease(run_id, worker, 60)
     assert lease is not None
     await store.append(Append(lease, (ev(1, "run_started"),), RunUpdate("running")))
     await store.append(Append(lease, (ev(2, "run_ended"),), RunUpdate(status)))
@@ -144,3 +144,36 @@ async def test_a_retried_run_waits_for_its_keys_slot(store: Store) -> None:
     assert await claim(store) == []  # due at once, but acme's slot is held
     await end(store, first.id, "failed")
     assert await claim(store) == [retry.id]
+
+
+async def test_a_run_started_on_its_own_is_decided_as_the_claim_would(store: Store) -> None:
+    """Store.claim_run: the CLI's own execution and a replica's adoption of a parked run
+    start one run, within its key's and agent's limits, never ahead of its key's queue."""
+    await agent(
+        store,
+        "keyed",
+        concurrency={"key": "{{ input.customer }}", "limit": 1},
+        maxConcurrentRuns=2,
+    )
+    first, second = [(await create_run(store, "keyed", {"customer": "acme"})).id for _ in "12"]
+    assert await store.claim_run(second, "cli", 60) is None  # behind acme's first run
+    assert await store.claim_run(first, "cli", 60) is not None
+    assert await store.claim_run(second, "cli", 60) is None  # acme's slot is held
+    assert await claim(store) == []
+    urgent = await create_run(store, "keyed", {"customer": "bolt"}, priority=9)
+    other = await create_run(store, "keyed", {"customer": "cole"})
+    assert await store.claim_run(urgent.id, "cli", 60) is not None
+    assert await store.claim_run(other.id, "cli", 60) is None  # the agent's 2 are held
+    await end(store, first, "waiting", "cli")  # parked: it holds no slot now
+    assert await store.claim_run(second, "cli", 60) is not None
+    assert await store.claim_run(first, "other", 60) is None  # adopting it waits for acme's
+    await end(store, second, "succeeded", "cli")
+    assert await store.claim_run(first, "other", 60) is not None
+    assert await store.claim_run(other.id, "cli", 60) is None  # the agent's 2 are held
+    await end(store, urgent.id, "succeeded", "cli")
+    assert await store.claim_run(other.id, "cli", 60) is not None
+    assert await store.claim_run(other.id, "again", 60) is None  # it has a live lease
+    await agent(store, "free")  # no flow control: only the lease decides
+    free = await create_run(store, "free", {})
+    assert await store.claim_run(free.id, "cli", 60) is not None
+    assert await store.claim_run(free.id, "cli", 60) is None

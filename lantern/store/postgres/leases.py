@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.rows import TupleRow
 
-from lantern.store.claims import Candidate, Group, pick
+from lantern.store.claims import Candidate, Group, admits, pick
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 
@@ -134,6 +134,31 @@ WITH chosen AS (
 SELECT run_id, epoch FROM taken
 """
 
+# One run's start on its own (Store.claim_run): the run, then the slots its flow group and
+# its agent hold (its own lease left out: a run taken over keeps its slot) and how many runs
+# of its group are queued before it, counted only as far as its limits reach.
+_ONE = """
+SELECT id, workspace, agent_name, priority, created_at, flow_key, flow_limit, flow_max, status
+FROM runs WHERE id = %(run)s
+"""
+_ON_ITS_OWN = """
+SELECT
+  (SELECT count(*)::int FROM run_locks
+   WHERE workspace = %(ws)s AND agent_name = %(agent)s AND flow_key = %(key)s
+     AND expires_at > 'epoch' AND run_id <> %(run)s),
+  (SELECT count(*)::int FROM run_locks
+   WHERE workspace = %(ws)s AND agent_name = %(agent)s AND flow_key IS NOT NULL
+     AND expires_at > 'epoch' AND run_id <> %(run)s),
+  (SELECT count(*)::int FROM (
+     SELECT 1 FROM runs r
+     WHERE %(queued)s AND r.workspace = %(ws)s AND r.agent_name = %(agent)s
+       AND r.flow_key = %(key)s AND r.status = 'queued'
+       AND (r.priority > %(priority)s
+            OR (r.priority = %(priority)s AND (r.created_at, r.id) < (%(at)s, %(run)s)))
+       AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+     LIMIT %(reach)s) a)
+"""
+
 # Claims take this lock for their transaction, so two replicas never both count a flow
 # group's slots free and both fill them. A claim is one short transaction; the lock is never
 # held across a drive or a network call.
@@ -218,6 +243,38 @@ class Leases(PostgresConnection):
         return found + [
             Orphan(i, Lease(i, worker_id, epochs[i]), None, None) for i in chosen if i in epochs
         ]
+
+    async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(b"SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            cur = await conn.execute(_ONE.encode(), {"run": run_id})
+            row = await cur.fetchone()
+            if row is None or row[-1] not in ("queued", "waiting"):
+                return None
+            found, ws, agent, priority, at, key, limit, most, status = row
+            run = Candidate(found, ws, agent, priority, at, key, limit, most, status != "queued")
+            if run.flow_key is not None:
+                args = {
+                    "run": run_id,
+                    "ws": run.workspace,
+                    "agent": run.agent_name,
+                    "key": run.flow_key,
+                    "queued": not run.woken,
+                    "priority": run.priority,
+                    "at": run.created_at,
+                    "reach": max(run.flow_limit or 0, run.flow_max or 0),
+                }
+                cur = await conn.execute(_ON_ITS_OWN.encode(), args)
+                counts = await cur.fetchone()
+                assert counts is not None
+                group_held, agent_held, ahead = counts
+                if not admits(run, ahead, group_held, agent_held):
+                    return None
+            cur = await conn.execute(
+                _TAKE.encode(), {"ids": [run_id], "worker": worker_id, "ttl": ttl}
+            )
+            taken = await cur.fetchone()
+        return None if taken is None else Lease(run_id, worker_id, taken[1])
 
     async def heartbeat(self, worker_id: str, started_at: datetime) -> None:
         async with self._connection() as conn:

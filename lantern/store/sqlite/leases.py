@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from lantern.store.claims import Candidate, Group, pick
+from lantern.store.claims import Candidate, Group, admits, pick
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _time
@@ -109,6 +109,27 @@ def _candidates(
     return queued, woken, held, served
 
 
+# One run's start on its own (Store.claim_run), as in postgres/leases.py.
+_ONE = f"SELECT {_COLUMNS}, status FROM runs WHERE id = ?"
+_ON_ITS_OWN = """
+SELECT
+  (SELECT count(*) FROM run_locks
+   WHERE workspace = :ws AND agent_name = :agent AND flow_key = :key
+     AND expires_at > 0 AND run_id <> :run),
+  (SELECT count(*) FROM run_locks
+   WHERE workspace = :ws AND agent_name = :agent AND flow_key IS NOT NULL
+     AND expires_at > 0 AND run_id <> :run),
+  (SELECT count(*) FROM (
+     SELECT 1 FROM runs r
+     WHERE :queued AND r.workspace = :ws AND r.agent_name = :agent AND r.flow_key = :key
+       AND r.status = 'queued'
+       AND (r.priority > :priority
+            OR (r.priority = :priority AND (r.created_at, r.id) < (:at, :run)))
+       AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+     LIMIT :reach))
+"""
+
+
 def _one(rows: list[Any]) -> Any:
     # fetchall, not fetchone: a statement left unfinished is compiled again by the next call.
     return rows[0] if rows else None
@@ -188,6 +209,34 @@ class Leases(SQLiteConnection):
                 if not c.woken:
                     conn.execute(_SERVED, (c.workspace, now))
             return orphans
+
+        return await self._write(tx)
+
+    async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
+        def tx(conn: sqlite3.Connection) -> Lease | None:
+            row = _one(conn.execute(_ONE, (run_id,)).fetchall())
+            if row is None or row[-1] not in ("queued", "waiting"):
+                return None
+            found, ws, agent, priority, at, key, limit, most, status = row
+            run = Candidate(found, ws, agent, priority, at, key, limit, most, status != "queued")
+            if run.flow_key is not None:
+                args = {
+                    "run": run_id,
+                    "ws": run.workspace,
+                    "agent": run.agent_name,
+                    "key": run.flow_key,
+                    "queued": not run.woken,
+                    "priority": run.priority,
+                    "at": run.created_at,
+                    "reach": max(run.flow_limit or 0, run.flow_max or 0),
+                }
+                group_held, agent_held, ahead = conn.execute(_ON_ITS_OWN, args).fetchall()[0]
+                if not admits(run, ahead, group_held, agent_held):
+                    return None
+            lease = self._upsert_lease(conn, run_id, worker_id, ttl, False)
+            if lease is not None and not run.woken:
+                conn.execute(_SERVED, (run.workspace, time.time()))
+            return lease
 
         return await self._write(tx)
 
