@@ -19,7 +19,7 @@ from typing import Any
 from lantern.app import ToolContext
 from lantern.engine import turns
 from lantern.engine.anomalies import signature
-from lantern.engine.drive import Drive, DriveHost, attempts
+from lantern.engine.drive import Drive, DriveHost, attempts, parked_until
 from lantern.engine.graph import PlainAgent
 from lantern.engine.journal import RunState
 from lantern.engine.ledger import Attempt, Due, Exit, Failed, Retry, encoded, no_usage
@@ -217,17 +217,25 @@ class _Stopped(Exception):
 
 class _Turn:
     """How a plain agent's step journals its attempts (``drive.attempts``): a retry's
-    ``step_retrying`` and start are committed on their own; the last attempt's outcome goes
-    with what follows it (``Conversation._perform``)."""
+    ``step_retrying`` and start are committed on their own; a rate limit's wait that parks
+    goes with the park; the last attempt's outcome goes with what follows it
+    (``Conversation._perform``)."""
 
-    __slots__ = ("action", "c", "waited")
+    __slots__ = ("action", "c", "parking", "waited")
 
     def __init__(self, c: Conversation, action: turns.CallModel | turns.CallTool) -> None:
         self.c, self.action = c, action
         self.waited: list[str] = []  # a sync tool the cancellation had to wait for
+        self.parking: list[NewEvent] | None = None  # a step_throttled to commit with the park
 
     async def backoff(self, due_ms: int) -> bool:
         c = self.c
+        if self.parking is not None or c.ledger.parks(self.action.step, due_ms):
+            # A rate limit's wait holds no slot and no lease: the run parks until it is due
+            # and whichever replica claims it then makes the call.
+            events, self.parking = self.parking or [], None
+            await c.commit(events, parked_until(due_ms))
+            return False
         if c.host.stopping.is_set():
             return False  # a clean stop: the retry is journaled, whoever drives next runs it
         if await c.backoff(due_ms):
@@ -273,7 +281,10 @@ class _Turn:
         policy = c.policy if retried else _NEVER
         done = c.settle(action.step, attempt, outcome, policy, journal_usage if model else no_usage)
         if isinstance(done.next, Retry):
-            await c.commit(done.events)  # its due time survives a crash
+            if c.ledger.parks(action.step, done.next.due_ms):
+                self.parking = done.events  # one commit with the park (``backoff``)
+            else:
+                await c.commit(done.events)  # its due time survives a crash
         return done
 
 

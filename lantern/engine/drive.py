@@ -30,7 +30,10 @@ workload's reports); how it journals what it does does not, and lives here:
   it journals (``Attempts``). A graph settles concurrent steps in batches, so its retries
   wait on timers between batches (``GraphDrive``), deciding through the same ledger.
   ``key`` and ``deliveries`` give a step attempt its idempotency key and its claimed
-  deliveries, fenced by the drive's lease.
+  deliveries, fenced by the drive's lease. A rate limit's wait (``step_throttled``) is not
+  waited out under the lease: when the ledger says it parks (``ledger.parks``), the drive
+  commits ``parked_until(due)`` (the run ``waiting``, its lease and slot given up) and stops;
+  the dispatcher of any replica claims it at the due time, as it does a timer's.
 - **Anomalies** (``anomalies``): the detector finds them, the ledger journals them and
   applies each policy (record; fail the run; pause at an implicit approval
   ``anomaly:<kind>`` for kinds of run that can park, recorded only for the others).
@@ -69,6 +72,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
@@ -158,6 +162,14 @@ async def attempts(io: Attempts, attempt: int, due_ms: int | None, start: bool) 
         if not isinstance(done.next, Retry):
             return done
         attempt, due_ms, start = done.next.attempt, done.next.due_ms, True
+
+
+def parked_until(due_ms: int, other: datetime | None = None) -> RunUpdate:
+    """The run update that parks a run until ``due_ms`` (epoch ms), or until ``other`` (a
+    parked wait's timeout) when that comes first: it gives the lease (and the run's slot) up
+    in the commit that carries it."""
+    due = datetime.fromtimestamp(due_ms / 1000, UTC)
+    return RunUpdate("waiting", wake_at=due if other is None else min(due, other))
 
 
 async def under_lease(

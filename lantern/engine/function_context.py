@@ -81,6 +81,7 @@ class FunctionRun(Protocol):
     halt: asyncio.Event
     pending: list[NewEvent]
     parked: dict[str, dict[str, Any]]
+    throttled: bool  # a step parks the run for a rate limit's wait
 
     def claim(self, name: str) -> tuple[str, Entry]: ...
     def must_stop(self) -> bool: ...
@@ -484,6 +485,12 @@ class _Steps:
 
     async def backoff(self, due_ms: int) -> bool:
         d = self.ctx._d
+        if d.ledger.parks(self.step, due_ms):
+            # A rate limit's wait holds no slot and no lease: the function is stopped (the
+            # steps running finish) and the run parks until it is due, as at a ctx.sleep.
+            d.throttled = True
+            d.halt.set()
+            await d.stopped()
         await d.backoff(due_ms, d.halt)
         if d.must_stop():
             await d.stopped()

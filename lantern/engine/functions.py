@@ -13,7 +13,8 @@ failed one raises its journaled error; the one in flight at the crash runs again
 attempt it started with, so with the same idempotency key; a retry waiting out its backoff
 waits until the journaled due time.
 
-``sleep``, ``approval`` and ``run_agent`` park: their wait is journaled (``step_waiting``
+``sleep``, ``approval``, ``wait_for_signal``, ``run_agent`` and a model call a rate limit holds
+back (``step_throttled``, until its due time) park: their wait is journaled (``step_waiting``
 with a due time, an approval, a child run), the steps still running finish, the function is
 stopped, and the run gives its lease up in the commit that sets it ``waiting`` (with
 ``wake_at`` for a timer). No task and no lease is held while it is parked: the dispatcher of
@@ -77,6 +78,7 @@ class FunctionDrive(Drive):
         # Why the function must stop (any of them sets ``halt``).
         self.halt = asyncio.Event()
         self.parked: dict[str, dict[str, Any]] = {}  # waits this drive parked on
+        self.throttled = False  # a rate limit's wait parks the run (its due time is journaled)
         self.ending_error: dict[str, Any] | None = None  # the run's error, when the drive fails it
         self.fatal: BaseException | None = None  # a background commit failed: end with it
         self.returned = False  # the function has returned (or raised)
@@ -293,7 +295,7 @@ class FunctionDrive(Drive):
         elif self.ending_error is not None:
             failure = self.ending_error
             await self._end(lambda: self.run_failed(failure))
-        elif self.parked:
+        elif self.parked or self.throttled:
             await self._park()
         else:  # a clean stop of this replica: what finished is kept, the rest re-runs
             await self.durable()

@@ -12,7 +12,8 @@ So every step is journaled as started before it is invoked, its output is durabl
 step that may read it starts, and a step costs one commit, not two. Steps run concurrently as
 tasks; a retry waits out its journaled backoff on a timer; a run with nothing left but parked
 steps (approvals, signals, sub-agents) gives its lease up and holds no task until a decision,
-a signal, a child's end or a timeout wakes it.
+a signal, a child's end or a timeout wakes it; so does a run with nothing running while a rate
+limit holds a step back (``step_throttled``), until the step is due.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from lantern.app import Toolbox
 from lantern.engine import events as ev
 from lantern.engine import interpreter, spend, waits
 from lantern.engine.children import start_child
-from lantern.engine.drive import Drive, DriveHost
+from lantern.engine.drive import Drive, DriveHost, parked_until
 from lantern.engine.graph import Graph
 from lantern.engine.journal import RunState
 from lantern.engine.ledger import Failed, Retry
@@ -55,6 +56,7 @@ class GraphDrive(Drive):
         self._backoffs: dict[str, tuple[int, int]] = {}  # from the journal, to schedule
         self._secrets: list[str] | None = None
         self.skipped: set[str] = set()  # journaled as step_skipped
+        self.parked = False  # parked for a rate limit's wait: the drive ends
 
     def step_type(self, step: str) -> str:
         node = self.graph.nodes.get(step)
@@ -123,7 +125,7 @@ class GraphDrive(Drive):
         try:
             while True:
                 await self._steps(cancel)
-                if self.final is not None or self.host.stopping.is_set():
+                if self.final is not None or self.host.stopping.is_set() or self.parked:
                     return
                 if cancel.done():
                     await self._cancel([])
@@ -160,6 +162,9 @@ class GraphDrive(Drive):
 
     async def _steps(self, cancel: asyncio.Future[Any]) -> None:
         while self.tasks or self.timers:
+            if await self._parks_now():  # a re-drive before a rate limit's due time
+                await self._park_throttled([])
+                return
             await asyncio.wait(
                 [*self.tasks, *self.timers, cancel], return_when=asyncio.FIRST_COMPLETED
             )
@@ -243,6 +248,10 @@ class GraphDrive(Drive):
         if ending.done:
             event, update = self.succeeded(ending.output)
             events.append(event)
+        elif not self.tasks and not planned and self._parks():
+            # Nothing runs and a rate limit holds a step back: park in this same commit.
+            await self._park_throttled(events)
+            return False
         await self.commit(events, update)
         for step in fresh:
             self._spawn(step, 1)
@@ -275,6 +284,34 @@ class GraphDrive(Drive):
         # A decision or a child's end that landed between our last look and the park found
         # the run still running, so nothing woke it: look once more.
         if await waits.resolved(self.host.store, self.ledger, self.graph):
+            await self.host.store.wake(self.run.id)
+
+    def _parks(self) -> bool:
+        """Whether the run, with nothing in flight but timed waits, parks for them (a rate
+        limit's wait among them: ``ledger.parked_until``) rather than hold its slot."""
+        return self.ledger.parked_until() is not None
+
+    async def _parks_now(self) -> bool:
+        """``_parks`` for a run with no step running, unless one of its waits has been
+        resolved meanwhile (what woke it): that one is journaled once the timers are done
+        rather than woken again and again by the look after each park."""
+        if self.tasks or not self._parks():
+            return False
+        return not (self.waiting and await waits.resolved(self.host.store, self.ledger, self.graph))
+
+    async def _park_throttled(self, events: list[NewEvent]) -> None:
+        """Park (with ``events``) until the first timed wait is due, or a parked wait's
+        timeout comes first: the step a rate limit holds back holds no slot and no lease
+        meanwhile, and the re-drive at the due time makes its call."""
+        due = self.ledger.parked_until()
+        assert due is not None
+        await self.commit(events, parked_until(due, waits.wake_at(self.waiting)))
+        self.parked = True
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
+        # A decision or a child's end that landed before the park found the run running.
+        if self.waiting and await waits.resolved(self.host.store, self.ledger, self.graph):
             await self.host.store.wake(self.run.id)
 
     def _schedule(self, step: str, attempt: int, due_ms: int) -> None:

@@ -58,6 +58,11 @@ calls, so a ledger stands where a writer did), ``wait`` (``step_waiting``), ``fa
 ``signal_received`` before it when the wait took a signal), ``anomalies(found)``
 (``anomaly_detected`` and each one's policy applied), and the run's end: ``succeeded``,
 ``run_failed``, ``step_ended_run``, ``cancelled`` (each ``(event, RunUpdate)``).
+A rate limit's wait parks the run as a timer does (docs/rate-limits.md): ``parks(step, due_ms)``
+says whether waiting for ``step`` until ``due_ms`` gives the run's lease and slot up (the run
+``waiting`` with ``wake_at`` at the due time, claimed then by any replica) rather than waiting
+in the drive; ``parked_until()`` is when a run that has nothing but timed waits left, one of them
+a rate limit's that parks, is due again. A retry's backoff waits in the drive.
 ``key(step, attempt)`` and ``child_id(step, attempt)`` give an attempt's idempotency key and
 its sub-agent's run id, both pure functions of (run, step, attempt), so a re-drive finds
 what the crash left.
@@ -96,6 +101,10 @@ from lantern.store.records import Event, NewEvent, RunUpdate, RunUsage
 from lantern.store.signals import Signal
 
 Usage = Callable[[Any], dict[str, Any] | None]
+
+# A rate limit's wait shorter than this is waited out in the drive: parking the run and
+# claiming it again costs about as long (the dispatcher looks for due runs every 0.2 s).
+PARK_MS = 250
 
 
 def no_usage(_: Any) -> None:
@@ -351,6 +360,25 @@ class Ledger:
         if started is not None:
             return Attempt(step, started, self.key(step, started), start=False)
         return Attempt(step, 1, self.key(step, 1), start=True)
+
+    # -- timed waits that park --------------------------------------------------------------
+
+    def parks(self, step: str, due_ms: int, now_ms: int | None = None) -> bool:
+        """Whether ``step``, waiting until ``due_ms``, parks the run: a rate limit's wait
+        holds no run slot and no lease while it waits (unless it ends within ``PARK_MS``); a
+        retry's backoff is waited out by the drive."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return step in self.state.throttled and due_ms - now >= PARK_MS
+
+    def parked_until(self, now_ms: int | None = None) -> int | None:
+        """For a run with nothing in flight but timed waits (retries' backoffs, rate limits'
+        waits): when it is due again if it parks for them (one is a rate limit's wait that
+        parks, and none is due within ``PARK_MS``), else None (its drive waits)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if not any(self.parks(s, due, now) for s, (_, due) in self.state.throttled.items()):
+            return None
+        first = min(due for _, due in self.state.backing_off.values())
+        return first if first - now >= PARK_MS else None
 
     # -- events, each chained and folded in --------------------------------------------------
 

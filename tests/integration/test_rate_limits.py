@@ -10,9 +10,10 @@ test_rate_limits_fleet.py runs the minute across two replicas)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from lantern.models.limit_spec import parse_limit
 from lantern.models.throttle import SLOT_MS, SLOTS, slot_of
 from lantern.store import Store, open_store
 from lantern.store.model_limits import SERVER, Slot
+from lantern.store.records import Run
 from tests.fake_llm import FakeProvider, Script
 
 MODEL = "gpt-4o-mini"
@@ -56,6 +58,10 @@ def make_app() -> lantern.App:
         reply = await ctx.model(MODEL, prompt=f"Say hi to {who}", name="draft", max_tokens=30)
         return reply.text
 
+    @app.agent("chores")
+    async def chores(ctx: lantern.Context) -> str:
+        return str(await ctx.step("sweep", lambda: "swept"))
+
     return app
 
 
@@ -71,7 +77,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
 async def run_one(
     store: Store, kind: str, beside: Callable[[str], Awaitable[None]] | None = None
 ) -> Any:
-    """Drive one run of ``kind`` to its end (``beside(run_id)`` running meanwhile)."""
+    """Serve one run of ``kind`` to its end (``beside(run_id)`` running meanwhile)."""
     app = make_app()
     await store.put_agent("default", "graph", GRAPH)
     await store.put_agent("default", "plain", PLAIN)
@@ -79,32 +85,61 @@ async def run_one(
     run = await create_run(store, kind, body, app=app)
     other = None if beside is None else asyncio.ensure_future(beside(run.id))
     try:
-        async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
-            assert w.runner is not None
-            await w.runner.drive(run.id)
+        async with serving(store, app):
+            return await finished(store, run.id)
     finally:
         if other is not None:
             other.cancel()
-    return await store.get_run(run.id)
+
+
+@contextlib.asynccontextmanager
+async def serving(store: Store, app: lantern.App, slots: int = 256) -> AsyncIterator[Worker]:
+    """A worker serving (claiming queued and due parked runs) with ``slots`` run slots."""
+    async with Worker(
+        store, app, worker_id="w1", lease_ttl=60, max_concurrent=slots, poll_interval=0.05
+    ) as w:
+        task = asyncio.create_task(w.serve())
+        try:
+            yield w
+        finally:
+            await w.stop(grace=1)
+            await task
+
+
+async def until(store: Store, run_id: str, *statuses: str, timeout: float = 30) -> Run:
+    """The run once its status is one of ``statuses`` (none given: once it has finished)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            run = await store.get_run(run_id)
+            assert run is not None
+            if run.status in statuses or (not statuses and run.finished):
+                return run
+            await asyncio.sleep(0.02)
+
+
+async def finished(store: Store, run_id: str) -> Run:
+    return await until(store, run_id)
 
 
 async def journal(store: Store, run_id: str) -> list[tuple[str, Any, Any]]:
     return [(e.kind, e.step_id, e.data) for e in await store.events(run_id)]
 
 
-async def fill(store: Store, name: str, tokens: int, leaves_in_s: float) -> None:
-    """Spend ``tokens`` of the limit in a slot that leaves its window in ``leaves_in_s``, as
-    another replica's call would have."""
+async def fill(store: Store, name: str, tokens: int, leaves_in_s: float, requests: int = 1) -> None:
+    """Spend ``tokens`` and ``requests`` of the limit in a slot that leaves its window in
+    ``leaves_in_s``, as another replica's calls would have."""
     limit = await store.get_limit("default", name)
     assert limit is not None
     gone = slot_of(int((time.time() + leaves_in_s) * 1000))
-    assert await store.swap_window(limit, (Slot(gone - SLOTS, tokens, 1),))
+    assert await store.swap_window(limit, (Slot(gone - SLOTS, tokens, requests),))
 
 
-async def keep_full(store: Store, name: str, run_id: str) -> None:
+async def keep_full(
+    store: Store, name: str, run_id: str, tokens: int = 95, requests: int = 1
+) -> None:
     """Keep the limit full, as another replica's calls would, until the run is throttled."""
     while not any(e.kind == "step_throttled" for e in await store.events(run_id)):
-        await fill(store, name, 95, leaves_in_s=1.5)
+        await fill(store, name, tokens, leaves_in_s=1.5, requests=requests)
         await asyncio.sleep(0.2)
 
 
@@ -119,12 +154,26 @@ async def fill_window(database_url: str, name: str, tokens: int, leaves_in_s: fl
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_throttled_model_step_waits_then_runs(
+async def test_a_throttled_model_step_waits_parked_then_runs(
     store: Store, fake: FakeProvider, kind: str
 ) -> None:
+    """With one run slot, a run with no model call runs to its end while the throttled run
+    waits: the wait holds no slot (and no lease); the throttled run is claimed again when due."""
     await store.put_limit("default", "tpm", "openai/*", 100, None)
     await fill(store, "tpm", 95, leaves_in_s=1.5)  # full before the step can reserve
-    done = await run_one(store, kind, lambda run_id: keep_full(store, "tpm", run_id))
+    app = make_app()
+    await store.put_agent("default", "graph", GRAPH)
+    await store.put_agent("default", "plain", PLAIN)
+    body: Any = "Say hi to Ada" if kind == "plain" else {"who": "Ada"}
+    run = await create_run(store, kind, body, app=app)
+    async with serving(store, app, slots=1):
+        await keep_full(store, "tpm", run.id)
+        await until(store, run.id, "waiting")
+        assert await store.runs_leased_by("w1") == []  # parked: no lease, no slot
+        chores = await create_run(store, "chores", None, app=app)
+        other = await finished(store, chores.id)
+        done = await finished(store, run.id)
+    assert other.status == "succeeded", other.error
     assert done.status == "succeeded", done.error
     events = await journal(store, done.id)
     throttled = [(s, d) for k, s, d in events if k == "step_throttled"]
@@ -133,6 +182,11 @@ async def test_a_throttled_model_step_waits_then_runs(
     # It waited for the room: the call came no sooner than the journaled due time.
     started = [e for e in await store.events(done.id) if e.kind == "step_started"][-1]
     assert started.at.timestamp() * 1000 >= throttled[-1][1]["dueAt"] - 5
+    # The other run, started once the throttled one parked, ended before its call was made:
+    # one slot, so the throttled run did not hold it while it waited.
+    ended = next(e for e in await store.events(chores.id) if e.kind == "run_succeeded")
+    assert ended.at <= started.at
+    assert "run_resumed" in [k for k, _, _ in events]  # woken from its park
     # No call was made while it waited, and the wait spent no attempt: one call, attempt 1.
     assert len(fake.calls()) == 1
     starts = [e for e in await store.events(done.id) if e.kind == "step_started"]
@@ -163,11 +217,11 @@ async def test_a_call_larger_than_the_limit_fails_at_once_naming_it(
 async def test_a_429_is_retried_after_its_retry_after(
     store: Store, fake: FakeProvider, kind: str
 ) -> None:
-    fake.fail(MODEL, 429, retry_after="2")
+    fake.fail(MODEL, 429, retry_after="1")  # past the model policy's 250-500 ms backoff
     done = await run_one(store, kind)
     assert done.status == "succeeded", done.error
     retrying = [d for k, _, d in await journal(store, done.id) if k == "step_retrying"]
-    assert len(retrying) == 1 and retrying[0]["delayMs"] >= 2000
+    assert len(retrying) == 1 and retrying[0]["delayMs"] >= 1000
     assert "429" in retrying[0]["error"]["message"] and retrying[0]["error"]["class"] == "llm"
     calls = fake.calls()
     assert len(calls) == 2 and calls[0].key != calls[1].key  # each attempt its own key
@@ -186,16 +240,12 @@ async def test_the_example_holds_offline_calls_to_three_a_minute(store: Store) -
     assert parse_limit(shipped("openai-fleet.json")).server
     await store.put_limit("default", "offline-rpm", spec.model, spec.tokens_per_minute, 3)
     await store.put_agent("default", "summarise", shipped("summarise.json"))
-    limit = await store.get_limit("default", "offline-rpm")
-    assert limit is not None
-    gone = slot_of(int((time.time() + 1.5) * 1000))
-    assert await store.swap_window(limit, (Slot(gone - SLOTS, 0, 3),))  # three calls this minute
+    await fill(store, "offline-rpm", 0, leaves_in_s=1.5, requests=3)  # three calls this minute
     app = lantern.App()
     run = await create_run(store, "summarise", {"text": "note 4"}, app=app)
-    async with Worker(store, app, worker_id="w1", lease_ttl=60) as w:
-        assert w.runner is not None
-        await w.runner.drive(run.id)
-    done = await store.get_run(run.id)
-    assert done is not None and done.status == "succeeded", done
+    async with serving(store, app):
+        await keep_full(store, "offline-rpm", run.id, tokens=0, requests=3)
+        done = await finished(store, run.id)
+    assert done.status == "succeeded", done
     throttled = [e.data for e in await store.events(run.id) if e.kind == "step_throttled"]
     assert throttled and throttled[0]["limit"] == "offline-rpm"

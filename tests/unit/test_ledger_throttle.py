@@ -5,7 +5,7 @@ A provider's Retry-After is a floor under a retry's backoff."""
 from __future__ import annotations
 
 from lantern.engine import events as ev
-from lantern.engine.ledger import Attempt, Completed, Due, Ledger, Retry
+from lantern.engine.ledger import PARK_MS, Attempt, Completed, Due, Ledger, Retry
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import StepError, Throttled
 from lantern.models.errors import retry_after_ms, status_error
@@ -51,3 +51,27 @@ def test_a_retry_after_is_a_floor_under_the_backoff() -> None:
     assert retry_after_ms({"retry-after": "soon"}) == 0
     assert retry_after_ms({"retry-after": "99999"}) == 300_000  # a retry's longest wait
     assert retry_after_ms(None) == 0
+
+
+def test_a_rate_limits_wait_parks_the_run_a_retrys_backoff_does_not() -> None:
+    book = Ledger(RUN)
+    book.event(ev.RUN_STARTED)
+    book.start("m", 1, {"type": "llm"})
+    book.exit("m", 1, Throttled("openai-tpm", 5000), RETRY3, now_ms=10_000)
+    assert book.parks("m", 15_000, now_ms=10_000)
+    assert not book.parks("m", 15_000, now_ms=15_000 - PARK_MS + 1)  # about due: waited out
+    assert book.parked_until(now_ms=10_000) == 15_000
+    # A retry's backoff waits in the drive; beside a rate limit's wait, the run parks only
+    # when neither is due within PARK_MS, until the first is.
+    book.start("t", 1, {"type": "tool"})
+    book.exit("t", 1, StepError("503", error_class="tool", retryable=True), RETRY3, now_ms=10_000)
+    retry_due = book.state.backing_off["t"][1]
+    assert retry_due - 10_000 < PARK_MS
+    assert not book.parks("t", retry_due, now_ms=0)
+    assert book.parked_until(now_ms=10_000) is None  # the retry runs first
+    assert book.parked_until(now_ms=retry_due - PARK_MS) == retry_due
+    book.start("t", 2, {"type": "tool"})
+    assert book.parked_until(now_ms=10_000) == 15_000
+    # Once the throttled attempt starts again, nothing parks the run.
+    book.start("m", 1, {"type": "llm"})
+    assert book.parked_until(now_ms=10_000) is None
