@@ -8,7 +8,10 @@ the work (fenced on the run lease the VM's runtime node holds), the work observe
 its duration, its usage), then ``step_completed`` with the output, or ``step_retrying`` and
 another attempt, or ``step_failed``; all through THE fenced commit. The output goes back to
 the VM over its channel. A step in flight when the VM was lost is attempted again with the
-same attempt and the same idempotency key, as in-process.
+same attempt and the same idempotency key, as in-process. A model call a rate limit holds
+back (``step_throttled``) is not waited out here: the VM is answered with its due time and
+asks again then (as for a retry of its own step), holding its runtime node's slot but no
+request, no provider connection and no replica's run slot, where an in-process run parks.
 
 ``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` are waits
 (``prepare_wait``): the same ``step_started`` and ``step_waiting`` as an in-process code agent's,

@@ -278,8 +278,11 @@ class Relay:
             if isinstance(entry, ledger.Attempt) and entry.start:
                 # Under the lock that decided it: a call sent twice starts it once.
                 await self._journal(drive, [book.start(step, entry.attempt, prepared.started)])
-        done = await attempts(_Performed(self, drive, step, prepared), entry.attempt, due, False)
-        assert done is not None  # a VM's call waits its backoff out: it never stops there
+        performed = _Performed(self, drive, step, prepared)
+        done = await attempts(performed, entry.attempt, due, False)
+        if done is None:  # a rate limit's wait: the VM waits for it, then asks again
+            assert performed.due is not None
+            return {"dueAt": performed.due[1], "attempt": performed.due[0]}
         return _next(done.next)
 
     # -- what a VM's own step asks for while it runs (ctx.deliver_once, ctx.live_text) -----
@@ -590,14 +593,21 @@ def _same_type(drive: VmDrive, step: str, request: dict[str, Any]) -> None:
 class _Performed:
     """How a step the control plane performs for a VM journals its attempts
     (``drive.attempts``): each event committed at once, under the drive's lock; the VM's
-    request waits out a retry's backoff."""
+    request waits out a retry's backoff. A rate limit's wait that parks (``ledger.parks``)
+    is the VM's to wait: the call answers ``{"dueAt", "attempt"}`` (``due``) and the VM asks
+    again then, so no request, no channel and no replica's run slot is held meanwhile."""
 
-    __slots__ = ("drive", "prepared", "relay", "step")
+    __slots__ = ("drive", "due", "prepared", "relay", "step")
 
     def __init__(self, relay: Relay, drive: VmDrive, step: str, prepared: calls.Prepared) -> None:
         self.relay, self.drive, self.step, self.prepared = relay, drive, step, prepared
+        self.due: tuple[int, int] | None = None  # (attempt, due epoch ms): the VM waits
 
     async def backoff(self, due_ms: int) -> bool:
+        book = self.drive.ledger
+        if book.parks(self.step, due_ms):
+            self.due = (book.state.throttled[self.step][0], due_ms)
+            return False
         await asyncio.sleep(max(0.0, due_ms / 1000 - time.time()))
         return True
 

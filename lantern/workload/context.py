@@ -14,7 +14,9 @@ A resumed VM (``LANTERN_RESUME=1``) is also handed the run's completed steps fir
 ``ctx.model`` and ``ctx.tool`` cross the channel: the VM has no network and no keys, so the
 control plane performs the model call (with its provider keys, through its model layer) or
 runs the tool registered on its ``App``, as a journaled step, and answers with the step's
-output. ``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` cross it
+output; a model call a rate limit holds back is answered with its journaled due time
+(``{dueAt, attempt}``), and the VM waits for it before asking again, the channel free meanwhile.
+``ctx.approval``, ``ctx.run_agent``, ``ctx.sleep`` and ``ctx.wait_for_signal`` cross it
 too: the control plane journals the wait as for an in-process agent and answers when it
 resolves; the VM waits for the answer where an in-process run would park.
 Inside a step of its own, ``ctx.deliver_once`` is claimed and recorded by the control plane
@@ -344,15 +346,21 @@ class Context:
             return self._completed[step_id]
         # On a thread: a model call or a wait takes a while, and the workload's other tasks
         # (pure computation; steps' reports wait for the channel) go on meanwhile.
-        try:
-            answer = await asyncio.to_thread(
-                self._channel.ask, "call", stepId=step_id, position=position, call=request
-            )
-        except ChannelError as exc:
-            if exc.status in REFUSED:
-                self._unname(name, position)
-                raise CallRefused(str(exc)) from None
-            raise
+        while True:
+            try:
+                answer = await asyncio.to_thread(
+                    self._channel.ask, "call", stepId=step_id, position=position, call=request
+                )
+            except ChannelError as exc:
+                if exc.status in REFUSED:
+                    self._unname(name, position)
+                    raise CallRefused(str(exc)) from None
+                raise
+            if "dueAt" not in answer:
+                break
+            # A rate limit holds the call back until its journaled due time: wait here, the
+            # channel free for the workload's other tasks, then ask again.
+            await asyncio.sleep(max(0.0, answer["dueAt"] / 1000 - time.time()))
         if "error" in answer:
             raise StepFailed(step_id, answer["error"])
         self._completed[step_id] = answer["output"]

@@ -275,7 +275,9 @@ def test_a_call_the_control_plane_refuses_fails_the_run_saying_why(shared: Clust
 def test_a_vm_ctx_model_waits_for_room_in_a_rate_limit(shared: Cluster, fake: FakeProvider) -> None:
     """The control plane holds a VM's ctx.model to the rate limits as any model step: while
     another replica's calls (written here through the store) keep the window full, the step
-    waits (step_throttled); once they stop, it makes its one call (docs/rate-limits.md)."""
+    waits (step_throttled); once they stop, it makes its one call (docs/rate-limits.md). The
+    VM waits, answered with the due time: the control plane holds no request meanwhile and
+    the channel is free, so a step of the workload's own beside it runs to its end first."""
     limit = {"match": {"model": "openai/*"}, "tokensPerMinute": 100}
     shared.ok("PUT", "/v1/limits/vm-tpm", json=limit)
     busy = threading.Event()
@@ -289,9 +291,9 @@ def test_a_vm_ctx_model_waits_for_room_in_a_rate_limit(shared: Cluster, fake: Fa
     filler = threading.Thread(target=keep_full, daemon=True)
     filler.start()
     try:
-        shared.agent("asks", "jobs:asks")
+        shared.agent("asks-beside", "jobs:asks_beside")
         before = len(fake.requests)
-        run_id = shared.start_run("asks", {"topic": "otters"})
+        run_id = shared.start_run("asks-beside", {"topic": "otters"})
         shared.wait_for(
             lambda: any(e["kind"] == "step_throttled" for e in shared.events(run_id)), 90
         )
@@ -308,3 +310,5 @@ def test_a_vm_ctx_model_waits_for_room_in_a_rate_limit(shared: Cluster, fake: Fa
     assert throttled[0]["data"]["limit"] == "vm-tpm" and throttled[0]["data"]["waitMs"] > 0
     assert len(fake.requests) - before == 1  # no call while it waited
     assert {e["attempt"] for e in events if e["stepId"] == "line"} == {1}
+    done = [e["stepId"] for e in events if e["kind"] == "step_completed"]
+    assert done == ["tick", "line"], done

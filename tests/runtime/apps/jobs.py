@@ -1,6 +1,7 @@
 """Workloads of the end-to-end tests: plain ``async def f(ctx, **input)`` entrypoints, each
 registered (a VM runs nothing its app does not register)."""
 
+import asyncio
 import os
 import signal
 import time
@@ -79,6 +80,17 @@ async def asks(ctx: Context, topic: str = "otters") -> dict[str, Any]:
         "looked": looked,
         "resumed": resumed(),
     }
+
+
+@entrypoint
+async def asks_beside(ctx: Context, topic: str = "otters") -> dict[str, Any]:
+    """ctx.model with a step of the workload's own beside it: a call a rate limit holds back
+    leaves the channel free for the step meanwhile."""
+    reply, ticked = await asyncio.gather(
+        ctx.model("gpt-4o-mini", prompt=f"Write a line about {topic}", name="line"),
+        ctx.step("tick", _stamp, "tick"),
+    )
+    return {"text": reply.text, "tick": ticked}
 
 
 @entrypoint
