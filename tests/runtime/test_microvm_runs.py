@@ -247,3 +247,25 @@ def test_a_vm_runs_only_what_its_app_registers_for_the_run_s_workspace(shared: C
 
     run = shared.wait_for(done, 90, 0.2)
     assert (run["status"], run["output"]) == ("succeeded", "acme"), run.get("error")
+
+
+def test_a_microvm_agents_concurrency_key_holds_one_run_at_a_time(shared: Cluster) -> None:
+    """Flow control for the microVM kind (docs/flow-control.md), end to end: a key's second
+    run starts only after its first ended, while another key's run is not held back."""
+    runtime = {"tier": "microvm", "entrypoint": "jobs:per_customer", "driver": "sandbox"}
+    definition = {
+        "name": "vm-per-customer",
+        "runtime": runtime,
+        "concurrency": {"key": "{{ input.customer }}", "limit": 1},
+    }
+    shared.ok("PUT", "/v1/agents/vm-per-customer", json=definition)
+    ids = [
+        shared.start_run("vm-per-customer", {"customer": c, "hold": 0.5})
+        for c in ("acme", "acme", "bolt")
+    ]
+    runs = [shared.finished(i) for i in ids]
+    assert [r["status"] for r in runs] == ["succeeded"] * 3, runs
+    assert [r["concurrencyKey"] for r in runs] == ["acme", "acme", "bolt"]
+    first, second, other = (shared.events(i) for i in ids)
+    assert min(e["at"] for e in second) > max(e["at"] for e in first), "acme ran twice at once"
+    assert min(e["at"] for e in other) < max(e["at"] for e in first), "bolt waited for acme"

@@ -241,6 +241,10 @@ class Runtime(PostgresConnection):
             f"  AND v.state IN ({_LIVE}))"
             " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id"
             "  AND l.expires_at > now())"
+            # A queued run under flow control that no claim took yet starts only through
+            # the claim, which alone counts its key's slots (docs/flow-control.md).
+            " AND NOT (r.status = 'queued' AND r.flow_key IS NOT NULL"
+            "  AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
             " ORDER BY r.created_at LIMIT %s",
             (limit,),
         )

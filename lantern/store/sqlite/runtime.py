@@ -239,6 +239,10 @@ class Runtime(SQLiteConnection):
             f"  AND v.state IN ({_LIVE}))"
             " AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id"
             "  AND l.expires_at > ?)"
+            # A queued run under flow control that no claim took yet starts only through
+            # the claim, which alone counts its key's slots (docs/flow-control.md).
+            " AND NOT (r.status = 'queued' AND r.flow_key IS NOT NULL"
+            "  AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id))"
             " ORDER BY r.created_at LIMIT ?"
         )
         rows = await self._read(lambda c: c.execute(sql, (time.time(), limit)).fetchall())

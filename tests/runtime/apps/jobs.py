@@ -30,6 +30,12 @@ async def three(ctx: Context, hold: float = 0.0) -> dict[str, Any]:
 
 
 @entrypoint
+async def per_customer(ctx: Context, customer: str, hold: float = 0.0) -> dict[str, Any]:
+    """``three`` for one customer (an agent's concurrency key)."""
+    return {"customer": customer, **await three(ctx, hold)}
+
+
+@entrypoint
 async def crash(ctx: Context) -> str:
     """Its VM dies mid-step every time: a lost VM, not a workload's own end."""
     await ctx.step("a", _stamp, "a")
