@@ -43,6 +43,9 @@ most = 0
 served = 0
 in_flight_by: dict[str, int] = {}
 most_by: dict[str, int] = {}
+# Closed by ``POST /hold``: requests that come are held (in flight) until ``POST /release``,
+# then answered after the delay, so a test can act while it knows a call is in flight.
+gate: asyncio.Event | None = None
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
@@ -59,19 +62,25 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
             if length:
                 await reader.readexactly(length)
             path = lines[0].split(" ")[1].partition("?")[0]
+            assert gate is not None
             if lines[0].startswith("GET /stats"):
                 stats = {
                     "most": most,
                     "served": served,
                     "inFlight": in_flight,
                     "mostByPath": most_by,
+                    "inFlightByPath": in_flight_by,
                 }
                 body = json.dumps(stats).encode()
+            elif lines[0].startswith(("POST /hold ", "POST /release ")):
+                (gate.clear if path == "/hold" else gate.set)()
+                body = b"{}"
             else:
                 in_flight += 1
                 most = max(most, in_flight)
                 in_flight_by[path] = in_flight_by.get(path, 0) + 1
                 most_by[path] = max(most_by.get(path, 0), in_flight_by[path])
+                await gate.wait()
                 await asyncio.sleep(delay)
                 in_flight -= 1
                 in_flight_by[path] -= 1
@@ -90,6 +99,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
 
 
 async def main(delay: float) -> None:
+    global gate
+    gate = asyncio.Event()
+    gate.set()
     server = await asyncio.start_server(
         lambda r, w: handle(r, w, delay), "127.0.0.1", 0, backlog=8192
     )
@@ -114,6 +126,13 @@ class SlowPeer:
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = httpx.get(f"{self.url}/stats", timeout=10).json()
         return stats
+
+    def hold(self) -> None:
+        """Hold the requests that come from now on in flight, until ``release``."""
+        httpx.post(f"{self.url}/hold", timeout=10).raise_for_status()
+
+    def release(self) -> None:
+        httpx.post(f"{self.url}/release", timeout=10).raise_for_status()
 
     @property
     def most(self) -> int:
