@@ -1,5 +1,6 @@
 """The control plane's app of the guarantee tests: crash_app's tools and agents, and a
-code-first agent that calls itself (a chain the sub-agent depth limit must stop)."""
+code-first agent that calls itself (a chain the sub-agent depth limit must stop), and one of
+one step that schedules fire (tests/schedule_kinds.py)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,9 @@ async def chain(ctx: lantern.Context, pause: float = 0.0) -> Any:
     if pause:
         await ctx.step("pause", asyncio.sleep, pause)
     return await ctx.run_agent("chain", {"pause": pause})
+
+
+@app.agent("tick-code")
+async def tick(ctx: lantern.Context, **input: Any) -> Any:
+    """One step: what a schedule fires at a code-first agent (tests/schedule_kinds.py)."""
+    return await ctx.step("tock", lambda: input)

@@ -2,7 +2,8 @@
 plane and a real sandbox runtime node: the sub-agent depth limit and a cancel that stops a
 tree (graph runs: tests/hostile/test_limits.py, tests/hostile/test_cancel_chain.py), a cancel
 that kills a microVM run's VM, and an agent's budget (graph and code-first runs:
-tests/models/test_usage_and_budget.py, tests/integration/test_functions.py)."""
+tests/models/test_usage_and_budget.py, tests/integration/test_functions.py), and a schedule
+firing runs of each kind."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.conftest import sqlite_url
 from tests.fake_llm import FakeProvider, Script
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
+from tests.schedule_kinds import KINDS, check_fired, define
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -256,3 +258,26 @@ def test_a_vm_agents_anomaly_policy_fails_it_and_stops_its_vm(shared: Cluster) -
     events = [(e["kind"], e["stepId"]) for e in shared.events(run["id"])]
     assert ("step_completed", "c") not in events and ("step_started", "c") in events, events
     assert [k for k, _ in events[-3:]] == ["anomaly_detected", "vm_terminated", "run_failed"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_schedule_starts_runs_of_every_kind(shared: Cluster, kind: str) -> None:
+    """SQLite here; tests/crash/test_schedule_replicas.py fires graph, plain and code-first
+    schedules on PostgreSQL (a runtime node there would cost a test of its own)."""
+    name = f"every-{kind}"
+
+    def put(path: str, body: Any) -> None:
+        shared.ok("PUT", path, json=body)
+
+    define(put, kind, name, every="1s")
+
+    def fired() -> Any:
+        """the schedule's first run finished"""
+        runs = shared.ok("GET", "/v1/runs", params={"schedule": name})["items"]
+        return runs and runs[-1]["status"] in ("succeeded", "failed", "cancelled")
+
+    shared.wait_for(fired, 90, 0.2)
+    assert shared.api("DELETE", f"/v1/schedules/{name}").status_code == 204  # fires no more
+    listed = shared.ok("GET", "/v1/runs", params={"schedule": name})["items"]
+    runs = [shared.finished(r["id"]) for r in listed]
+    check_fired(shared.database_url, name, runs)
