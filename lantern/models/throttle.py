@@ -51,6 +51,13 @@ def live(window: Sequence[Slot], current: int) -> tuple[Slot, ...]:
     return tuple(s for s in window if s.index > current - SLOTS)
 
 
+def used(limit: ModelLimit, now_ms: int) -> dict[str, int]:
+    """What the window a call made now is checked against holds: the tokens and requests
+    reserved or spent in the limit's last minute (``GET /v1/limits`` shows it as ``used``)."""
+    slots = live(limit.window, slot_of(now_ms))
+    return {"tokens": sum(s.tokens for s in slots), "requests": sum(s.requests for s in slots)}
+
+
 def _fits(limit: ModelLimit, slots: Sequence[Slot], tokens: int) -> bool:
     if limit.tokens_per_minute is not None:
         if sum(s.tokens for s in slots) + tokens > limit.tokens_per_minute:

@@ -402,6 +402,25 @@ class AsyncClient:
         path = f"/v1/schedules/{_seg(name)}/trigger"
         return _parse(Run.from_json, await self._send("POST", path, safe=False))
 
+    async def limits(self) -> list[dict[str, Any]]:
+        """The rate limits the key's workspace's model calls are held to, its own and the
+        server's, each with ``used`` (tokens and requests of its last minute); scope ``admin``
+        or an operator key (docs/rate-limits.md)."""
+        data = await self._send("GET", "/v1/limits")
+        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+
+    async def put_limit(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace a rate limit: ``match`` (``{"model": GLOB}``),
+        ``tokensPerMinute``, ``requestsPerMinute``, ``scope`` (``"server"``: an operator's)."""
+        path = f"/v1/limits/{_seg(name)}"
+        return _parse(dict, await self._send("PUT", path, json=dict(definition)))
+
+    async def delete_limit(self, name: str, *, server: bool = False) -> None:
+        """Delete a rate limit of the workspace (``server``: of the server, an operator's);
+        ``NotFound`` when there is none of that name."""
+        params = {"scope": "server"} if server else None
+        await self._send("DELETE", f"/v1/limits/{_seg(name)}", params=params, safe=False)
+
     async def runtime_nodes(self) -> list[dict[str, Any]]:
         """The runtime nodes that run microVM agents, their drivers, capacity and heartbeats
         (an operator key: ``lantern keys create --operator``)."""

@@ -249,6 +249,15 @@ class Client:
     def trigger_schedule(self, name: str) -> Run:
         return self._thread.run(self._async.trigger_schedule(name))
 
+    def limits(self) -> list[dict[str, Any]]:
+        return self._thread.run(self._async.limits())
+
+    def put_limit(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        return self._thread.run(self._async.put_limit(name, definition))
+
+    def delete_limit(self, name: str, *, server: bool = False) -> None:
+        return self._thread.run(self._async.delete_limit(name, server=server))
+
     def runtime_nodes(self) -> list[dict[str, Any]]:
         return self._thread.run(self._async.runtime_nodes())
 

@@ -3,7 +3,7 @@
 A limit is the workspace's own (an admin key of it: its runs' calls count) unless it says
 ``"scope": "server"``: then it counts every workspace's calls, as a provider does with the
 server's one key, and only an operator key may set or delete it. A workspace reads its own
-limits and the server's, which hold its calls too.
+limits and the server's, which hold its calls too, each with what its last minute holds.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
-from lantern.errors import NotFound, UsageError
+from lantern.models import limit_admin
 from lantern.models.limit_spec import check_name, parse_limit
-from lantern.models.throttle import definitions
 from lantern.server import auth
 from lantern.server.auth import OPERATOR, require
 from lantern.server.deps import services
 from lantern.server.schemas import PROBLEMS
-from lantern.store.model_limits import SERVER, limit_json
 from lantern.store.records import ApiKey
 
-MAX_LIMITS = 100  # per workspace (and for the server): each model call reads them all
 router = APIRouter(prefix="/v1/limits", tags=["limits"], responses=PROBLEMS)
 Name = Annotated[str, Path(min_length=1, max_length=100)]
 Scope = Annotated[Literal["workspace", "server"], Query(alias="scope")]
@@ -38,13 +35,9 @@ async def _key(request: Request) -> ApiKey:
     return key
 
 
-def _scope(key: ApiKey, server: bool) -> str:
-    """Where a limit lives: the server's limits are an operator's; a workspace's, its admin's."""
-    if server:
-        require(key, OPERATOR)
-        return SERVER
-    require(key, "admin")
-    return key.workspace
+def _may(key: ApiKey, server: bool) -> None:
+    """The server's limits are an operator's; a workspace's, its admin's."""
+    require(key, OPERATOR if server else "admin")
 
 
 @router.put("/{name}")
@@ -55,26 +48,14 @@ async def put(
     key: Annotated[ApiKey, Depends(_key)],
 ) -> dict[str, Any]:
     check_name(name)
-    spec = parse_limit(body)
-    where = _scope(key, spec.server)
-    store = services(request).store
-    if await store.get_limit(where, name) is None:
-        if len(await store.list_limits((where,))) >= MAX_LIMITS:
-            raise UsageError(
-                f"at most {MAX_LIMITS} rate limits per workspace (and for the server): every"
-                " model call reads them; delete one first"
-            )
-    limit = await store.put_limit(
-        where, name, spec.model, spec.tokens_per_minute, spec.requests_per_minute
-    )
-    definitions.forget()
-    return limit_json(limit)
+    _may(key, parse_limit(body).server)  # a bad body is a 422 before a 403
+    limit = await limit_admin.set_limit(services(request).store, key.workspace, name, body)
+    return limit_admin.shown(limit)
 
 
 @router.get("")
 async def list_limits(request: Request, key: Annotated[ApiKey, Depends(_key)]) -> dict[str, Any]:
-    found = await services(request).store.list_limits((key.workspace, SERVER))
-    return {"items": [limit_json(limit) for limit in found]}
+    return {"items": await limit_admin.list_limits(services(request).store, key.workspace)}
 
 
 @router.delete("/{name}", status_code=204)
@@ -84,8 +65,6 @@ async def delete(
     key: Annotated[ApiKey, Depends(_key)],
     within: Scope = "workspace",
 ) -> Response:
-    where = _scope(key, within == "server")
-    if not await services(request).store.delete_limit(where, name):
-        raise NotFound(f"rate limit {name!r} not found")
-    definitions.forget()
+    _may(key, within == "server")
+    await limit_admin.delete_limit(services(request).store, key.workspace, name, within == "server")
     return Response(status_code=204)
