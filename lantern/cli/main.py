@@ -357,6 +357,7 @@ def main() -> None:
         follow,
         journal,
         keys,
+        limits,
         operate,
         receipts,
         runtime,
@@ -373,6 +374,7 @@ def main() -> None:
     cli.add_command(webhooks.webhooks)
     cli.add_command(secrets.secrets)
     cli.add_command(schedules.schedules)
+    cli.add_command(limits.limits)
     cli.add_command(journal.journal)
     cli.add_command(receipts.receipt)
     cli.add_command(runtime.runtime)

@@ -1,14 +1,20 @@
-"""/v1/limits against a real `lantern serve` (both backends): a workspace's own limits and the
-server's (an operator's), and hostile input answered with problem+json that changes nothing."""
+"""/v1/limits and `lantern limits` against a real `lantern serve` (both backends): a
+workspace's own limits and the server's (an operator's), and hostile input answered with
+problem+json (one line from the CLI) that changes nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.server import ALL_SCOPES, Server, make_key
+from tests.api.test_cli_remote import lantern
+from tests.server import ALL_SCOPES, LANTERN, Server, make_key
 
 TPM = {"match": {"model": "openai/*"}, "tokensPerMinute": 200000, "requestsPerMinute": 500}
 
@@ -36,11 +42,11 @@ BAD: list[tuple[Any, str]] = [
 ]
 
 
-def test_limits_round_trip_validation_and_who_may_set_them(api_server: Server) -> None:
-    admin = client(api_server, "acme", "admin")
-    user = client(api_server, "acme", ALL_SCOPES)
-    other = client(api_server, "beta", "admin")
-    operator = client(api_server, "ops", "", operator=True)
+def test_limits_round_trip_validation_and_who_may_set_them(module_server: Server) -> None:
+    admin = client(module_server, "acme", "admin")
+    user = client(module_server, "acme", ALL_SCOPES)
+    other = client(module_server, "beta", "admin")
+    operator = client(module_server, "ops", "", operator=True)
     with admin, user, other, operator:
         put = admin.put("/v1/limits/openai-tpm", json=TPM)
         assert put.status_code == 200, put.text
@@ -52,6 +58,7 @@ def test_limits_round_trip_validation_and_who_may_set_them(api_server: Server) -
             "requestsPerMinute": 500,
             "createdAt": None,
             "updatedAt": None,
+            "used": {"tokens": 0, "requests": 0},  # nothing sent in its last minute
         }
         for body, says in BAD:
             bad = admin.put("/v1/limits/openai-tpm", json=body)
@@ -86,3 +93,51 @@ def test_limits_round_trip_validation_and_who_may_set_them(api_server: Server) -
         assert full.status_code == 422 and "at most 100" in full.json()["detail"]
         assert other.put("/v1/limits/l7", json={**TPM, "tokensPerMinute": 5}).status_code == 200
         assert admin.put("/v1/limits/mine", json=TPM).status_code == 200  # another workspace
+
+
+def test_the_limits_command_sets_lists_and_deletes(module_server: Server, tmp_path: Path) -> None:
+    """`lantern limits` through LANTERN_URL (an admin key; an operator's for the server's
+    limits) and on the database; a bad limit is one line and changes nothing."""
+    workspace, admin = module_server.workspace_key("admin")
+    operator = make_key(module_server.database_url, "ops", "", operator=True)
+    set_ = lantern(
+        module_server, admin, "limits", "set", "offline-tpm",
+        "--model", "offline/*", "--tokens-per-minute", "1000",
+    )  # fmt: skip
+    assert set_.returncode == 0, set_.stderr
+    assert json.loads(set_.stdout)["tokensPerMinute"] == 1000
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"match": {"model": "nobody/*"}, "requestsPerMinute": 500}))
+    server = lantern(module_server, operator, "limits", "set", "fleet", str(fleet), "--server")
+    assert server.returncode == 0 and json.loads(server.stdout)["scope"] == "server", server
+    bad = lantern(
+        module_server, admin, "limits", "set", "x", "--model", "a", "--tokens-per-minute", "0"
+    )
+    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1, bad
+    assert "tokensPerMinute must be an integer" in bad.stderr
+    usage = lantern(module_server, admin, "limits", "set", "x")
+    assert usage.returncode == 2 and usage.stderr.startswith("error: give --model"), usage
+    listed = lantern(module_server, admin, "limits", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("│") for line in listed.stdout.splitlines() if "│" in line]
+    assert [[c.strip() for c in row[1:-1]] for row in rows] == [
+        ["fleet", "server", "nobody/*", "0 (no limit)", "0 of 500"],
+        ["offline-tpm", "workspace", "offline/*", "0 of 1000", "0 (no limit)"],
+    ]
+    gone = lantern(module_server, admin, "limits", "delete", "offline-tpm")
+    assert gone.returncode == 0 and gone.stdout.strip() == "deleted offline-tpm", gone
+    assert lantern(module_server, operator, "limits", "delete", "fleet", "--server").returncode == 0
+    # Without LANTERN_URL, on the database, in --workspace.
+    env = {**os.environ, "LANTERN_DATABASE_URL": module_server.database_url}
+    env.pop("LANTERN_URL", None)
+    local = subprocess.run(
+        [LANTERN, "limits", "set", "local", "--workspace", workspace,
+         "--model", "offline/*", "--requests-per-minute", "7"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    with httpx.Client(
+        base_url=module_server.url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
+    ) as http:
+        [only] = http.get("/v1/limits").json()["items"]
+    assert (only["name"], only["requestsPerMinute"]) == ("local", 7)

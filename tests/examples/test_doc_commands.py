@@ -2,7 +2,8 @@
 
 Which blocks run: a fenced block tagged ``sh`` is what a reader types into a terminal. One that
 talks to a server (a ``curl`` line, ``$LANTERN_URL``, or a ``lantern`` command of the API:
-``run``, ``runs``, ``agents``, ``approvals``, ``schedules``, ``receipt``, ``journal``) is run.
+``run``, ``runs``, ``agents``, ``approvals``, ``schedules``, ``limits``, ``receipt``,
+``journal``) is run.
 Untagged blocks are synopses with placeholders (``RUN_ID``, ``NODE``) and ``console`` blocks
 show a session's output; neither is run. The pages in ``NOT_RUN`` are walked through by a test of
 their own, named there.
@@ -34,7 +35,7 @@ import pytest
 from tests.server import ALL_SCOPES, LANTERN, ROOT, Server, make_key
 
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
-API_COMMANDS = "run|runs|agents|approvals|schedules|receipt|journal"
+API_COMMANDS = "run|runs|agents|approvals|schedules|limits|receipt|journal"
 TALKS_TO_SERVER = re.compile(
     rf"(^|[\s;&|(]|\$\()(curl\s|(\S*/)?lantern\s+({API_COMMANDS})\b)|\$LANTERN_URL|LANTERN_URL=",
     re.M,

@@ -115,7 +115,12 @@ def test_a_command_through_a_server_imports_the_client_but_no_engine_or_driver(
 ) -> None:
     env = {**os.environ, "LANTERN_URL": refusing_url, "LANTERN_API_KEY": "lk_x_y"}
     run_id = "run_" + "0" * 28
-    for args in (["runs", "list"], ["runs", "show", run_id], ["runs", "approve", run_id]):
+    for args in (
+        ["runs", "list"],
+        ["runs", "show", run_id],
+        ["runs", "approve", run_id],
+        ["limits", "list"],
+    ):
         modules = imported(args, env)
         assert "lantern.sdk.client" in modules, args
         assert under(modules - VOCABULARY, HEAVY) == [], args

@@ -1,0 +1,195 @@
+"""`lantern limits list|set|delete`: rate limits on model calls (docs/rate-limits.md).
+
+With LANTERN_URL set each goes to that server (an admin key of its workspace; an operator key
+for ``--server``); otherwise to the database, in ``--workspace``. Heavy modules are imported
+inside the commands, so that `lantern --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from click.core import ParameterSource
+
+from lantern.cli.common import (
+    DEFAULT_WORKSPACE,
+    console,
+    opened,
+    remote,
+    run,
+    settings,
+    with_database,
+)
+from lantern.errors import UsageError
+
+if TYPE_CHECKING:
+    from lantern.sdk import AsyncClient
+    from lantern.store.base import Store
+
+Workspace = click.option(
+    "--workspace", default=DEFAULT_WORKSPACE, show_default=True, help="For the database only."
+)
+Database = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
+Server = click.option(
+    "--server", "server", is_flag=True, help="The server's limit, on every workspace's calls."
+)
+
+
+@click.group()
+def limits() -> None:
+    """Rate limits on model calls (tokens and requests per minute), shared by every replica."""
+
+
+def _remote() -> AsyncClient | None:
+    """The server LANTERN_URL names, whose key decides the workspace."""
+    api = remote()
+    ctx = click.get_current_context()
+    if api is not None and ctx.get_parameter_source("workspace") == ParameterSource.COMMANDLINE:
+        raise UsageError(
+            "--workspace is for the database: through LANTERN_URL the key's workspace is used"
+        )
+    return api
+
+
+def _act(ctx: click.Context, database_url: str | None, act: Any) -> Any:
+    """Run ``act(api, store)`` with one of them set, and return what it returns."""
+    with_database(ctx, database_url)
+    s = settings(ctx)
+
+    async def body() -> Any:
+        api = _remote()
+        if api is not None:
+            async with api:
+                return await act(api, None)
+        async with opened(s) as store:
+            return await act(None, store)
+
+    return run(body)
+
+
+def _definition(
+    file: str | None, model: str | None, tpm: int | None, rpm: int | None, server: bool
+) -> dict[str, Any]:
+    """The body of ``PUT /v1/limits/NAME``: FILE's (JSON or YAML), or the options'."""
+    if file is not None:
+        if model is not None or tpm is not None or rpm is not None:
+            raise UsageError("give FILE or --model with its counts, not both")
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(file).read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{file} is not JSON or YAML: {' '.join(str(exc).split())}") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"{file} must hold one rate limit (a JSON object)")
+        return {**data, "scope": "server"} if server else data
+    if model is None:
+        raise UsageError("give --model GLOB (e.g. 'openai/*') or a FILE")
+    body: dict[str, Any] = {"match": {"model": model}}
+    if tpm is not None:
+        body["tokensPerMinute"] = tpm
+    if rpm is not None:
+        body["requestsPerMinute"] = rpm
+    if server:
+        body["scope"] = "server"
+    return body
+
+
+@limits.command("set")
+@click.argument("name")
+@click.argument("file", required=False)
+@click.option("--model", help="A glob over PROVIDER/MODEL the limit holds, e.g. 'openai/*'.")
+@click.option("--tokens-per-minute", "tpm", type=int, help="Tokens in any 60 s.")
+@click.option("--requests-per-minute", "rpm", type=int, help="Calls in any 60 s.")
+@Server
+@Workspace
+@Database
+@click.pass_context
+def set_limit(
+    ctx: click.Context,
+    name: str,
+    file: str | None,
+    model: str | None,
+    tpm: int | None,
+    rpm: int | None,
+    server: bool,
+    workspace: str,
+    database_url: str | None,
+) -> None:
+    """Create or replace the limit NAME, from FILE (as PUT /v1/limits/NAME takes it) or the
+    options; prints it."""
+    import json
+
+    async def act(api: AsyncClient | None, store: Store | None) -> dict[str, Any]:
+        body = _definition(file, model, tpm, rpm, server)  # a usage error is one line, exit 2
+        if api is not None:
+            return await api.put_limit(name, body)
+        from lantern.models import limit_admin
+
+        assert store is not None
+        return limit_admin.shown(await limit_admin.set_limit(store, workspace, name, body))
+
+    click.echo(json.dumps(_act(ctx, database_url, act), indent=2))
+
+
+@limits.command("list")
+@Workspace
+@Database
+@click.pass_context
+def list_limits(ctx: click.Context, workspace: str, database_url: str | None) -> None:
+    """The limits the workspace's calls are held to (its own and the server's), with what
+    each one's last minute holds."""
+
+    async def act(api: AsyncClient | None, store: Store | None) -> list[dict[str, Any]]:
+        if api is not None:
+            return await api.limits()
+        from lantern.models import limit_admin
+
+        assert store is not None
+        return await limit_admin.list_limits(store, workspace)
+
+    found = _act(ctx, database_url, act)
+    from rich.table import Table
+
+    table = Table("name", "scope", "model", "tokens/min used", "requests/min used")
+    for item in found:
+        table.add_row(
+            item["name"],
+            item["scope"],
+            item["match"]["model"],
+            _fill(item["used"]["tokens"], item["tokensPerMinute"]),
+            _fill(item["used"]["requests"], item["requestsPerMinute"]),
+        )
+    console().print(table)
+
+
+def _fill(used: int, limit: int | None) -> str:
+    return f"{used} (no limit)" if limit is None else f"{used} of {limit}"
+
+
+@limits.command("delete")
+@click.argument("name")
+@Server
+@Workspace
+@Database
+@click.pass_context
+def delete_limit(
+    ctx: click.Context, name: str, server: bool, workspace: str, database_url: str | None
+) -> None:
+    """Delete the limit NAME (--server: the server's); calls it held are sent freely."""
+
+    async def act(api: AsyncClient | None, store: Store | None) -> None:
+        if api is not None:
+            await api.delete_limit(name, server=server)
+            return
+        from lantern.models import limit_admin
+
+        assert store is not None
+        await limit_admin.delete_limit(store, workspace, name, server)
+
+    _act(ctx, database_url, act)
+    click.echo(f"deleted {name}")
