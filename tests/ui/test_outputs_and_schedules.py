@@ -1,17 +1,18 @@
-"""A large output read back in the run page, a deleted run's page, and the schedules page, in
-headless Chromium against one real `lantern serve` shared by the module."""
+"""A large output read back in the run page, a deleted run's page, the schedules page and the
+rate limits page, in headless Chromium against one real `lantern serve` shared by the module."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.api.test_outputs import BIG, NOOP, finish
 from tests.conftest import sqlite_url
-from tests.server import Server
+from tests.server import ALL_SCOPES, Server, make_key
 from tests.ui.browser import Tab
 from tests.ui.test_waterfall import api, issue
 
@@ -114,3 +115,57 @@ def test_schedules_list_their_next_fire_paused_state_and_recent_runs(
     page.get_by_role("link", name=runs[1]).click()
     expect(page).to_have_url(f"{server.url}/ui/runs/{runs[1]}")
     expect(page.locator("#run-status")).to_have_text("succeeded")
+
+
+SUMMARISE = {
+    "name": "summarise",
+    "graph": {
+        "nodes": [
+            {"id": "start", "type": "trigger"},
+            {
+                "id": "summary",
+                "type": "ai-step",
+                "data": {"model": "offline/echo", "prompt": "Summarise: hi", "maxTokens": 20},
+            },
+        ],
+        "edges": [{"source": "start", "target": "summary"}],
+    },
+}
+
+
+def test_limits_list_the_workspaces_and_the_servers_with_their_fill(
+    served: tuple[Server, str], tab: Tab
+) -> None:
+    server = served[0]
+    admin = issue(server.database_url, f"{ALL_SCOPES},admin")
+    with ThreadPoolExecutor(1) as pool:  # an operator sets the server's limits
+        operator = pool.submit(make_key, server.database_url, "ops", "", operator=True).result()
+    with api(server, admin) as http, api(server, operator) as ops:
+        tpm = {"match": {"model": "offline/*"}, "tokensPerMinute": 5000}
+        assert http.put("/v1/limits/offline-tpm", json=tpm).status_code == 200
+        fleet = {"match": {"model": "offline/*"}, "requestsPerMinute": 500, "scope": "server"}
+        assert ops.put("/v1/limits/fleet", json=fleet).status_code == 200
+        assert http.put("/v1/agents/summarise", json=SUMMARISE).status_code == 200
+        run = http.post("/v1/runs", params={"wait": 20}, json={"agentName": "summarise"}).json()
+        assert run["status"] == "succeeded", run
+        shown = {x["name"]: x["used"] for x in http.get("/v1/limits").json()["items"]}
+    tokens = shown["offline-tpm"]["tokens"]
+    assert tokens > 0 and shown["fleet"] == {"tokens": tokens, "requests": 1}
+    page = tab.page
+    page.goto(f"{server.url}/ui/limits#key={admin}")
+    expect(page.locator("#limits-body tr")).to_have_count(2)
+    mine = page.locator('tr[data-limit="offline-tpm"]')
+    expect(mine).to_contain_text("workspace")
+    expect(mine.locator(".tokens")).to_have_text(f"{tokens:,} of 5,000")
+    expect(mine.locator(".tokens meter")).to_have_attribute("value", str(tokens))
+    expect(mine.locator(".requests")).to_have_text("1 (no limit)")
+    server_row = page.locator('tr[data-limit="fleet"]')
+    expect(server_row).to_contain_text("server")
+    expect(server_row.locator(".requests")).to_have_text("1 of 500")
+    tab.screenshot("limits")
+    assert tab.errors == []
+    with api(server, admin) as http, api(server, operator) as ops:  # the module's next tests
+        assert http.delete("/v1/limits/offline-tpm").status_code == 204
+        assert ops.delete("/v1/limits/fleet", params={"scope": "server"}).status_code == 204
+    page.reload()
+    expect(page.locator("#limits-empty")).to_be_visible()

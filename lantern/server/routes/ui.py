@@ -1,4 +1,4 @@
-"""/ui: the run waterfall, the runs list, approvals and schedules in the browser.
+"""/ui: the run waterfall, the runs list, approvals, schedules and rate limits in the browser.
 
 The pages are shells: they carry no run data and need no key. Their script asks for an API key
 once, keeps it in the tab's sessionStorage and reads everything through the same REST API a
@@ -70,6 +70,11 @@ async def run_page(run_id: Annotated[str, Path(min_length=1, max_length=100)]) -
 @router.get("/schedules", response_class=HTMLResponse)
 async def schedules_page() -> HTMLResponse:
     return _page("schedules.html")
+
+
+@router.get("/limits", response_class=HTMLResponse)
+async def limits_page() -> HTMLResponse:
+    return _page("limits.html")
 
 
 @router.get("/approvals", response_class=HTMLResponse)
