@@ -2,7 +2,7 @@
 code-first agent; one replica is SIGKILLed: no fire time has two runs, at most one is missed
 around the kill, and every run fired, the killed replica's included, completes under its fire
 time's key (docs/schedules.md). A microVM agent's schedule needs a runtime node:
-tests/runtime/test_microvm_guarantees.py fires one, with the other three kinds, on SQLite."""
+tests/runtime/test_runtime_ha.py fires one on PostgreSQL, test_microvm_guarantees.py on SQLite."""
 
 from __future__ import annotations
 

@@ -262,8 +262,8 @@ def test_a_vm_agents_anomaly_policy_fails_it_and_stops_its_vm(shared: Cluster) -
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_schedule_starts_runs_of_every_kind(shared: Cluster, kind: str) -> None:
-    """SQLite here; tests/crash/test_schedule_replicas.py fires graph, plain and code-first
-    schedules on PostgreSQL (a runtime node there would cost a test of its own)."""
+    """SQLite here; on PostgreSQL tests/crash/test_schedule_replicas.py fires graph, plain and
+    code-first schedules, and tests/runtime/test_runtime_ha.py a microVM one."""
     name = f"every-{kind}"
 
     def put(path: str, body: Any) -> None:

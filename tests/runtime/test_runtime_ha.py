@@ -1,4 +1,5 @@
-"""Scheduler HA and stale VMs: the leader replica SIGKILLed, a lost runtime node coming back."""
+"""Scheduler HA and stale VMs: the leader replica SIGKILLed (then a microVM agent's schedule
+fired by the survivor), a lost runtime node coming back."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.conftest import sqlite_url
 from tests.runtime.cluster import Cluster
 from tests.runtime.conftest import working
 from tests.runtime.test_microvm_runs import kinds
+from tests.schedule_kinds import check_fired, define
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -63,8 +65,32 @@ def test_the_leader_killed_another_replica_leads_with_a_higher_epoch(
         # The VM outlived the failover: the new leader placed no second one.
         vms = cluster.ok("GET", f"/v1/runs/{run_id}/vms", server=other)["items"]
         assert [(v["state"], v["reason"]) for v in vms] == [("exited", "exited")]
+        # The survivor fires a microVM agent's schedule, on PostgreSQL (every kind, SQLite:
+        # tests/runtime/test_microvm_guarantees.py).
+        fires_a_microvm_schedule(cluster, other)
     finally:
         cluster.close()
+
+
+def fires_a_microvm_schedule(cluster: Cluster, server: int) -> None:
+    def put(path: str, body: object) -> None:
+        assert cluster.api("PUT", path, server=server, json=body).status_code == 200
+
+    define(put, "microvm", "every-vm", every="1s")
+
+    def fired() -> object:
+        """the schedule's first run finished"""
+        runs = cluster.ok("GET", "/v1/runs", server=server, params={"schedule": "every-vm"})
+        return runs["items"] and runs["items"][-1]["status"] in ("succeeded", "failed")
+
+    cluster.wait_for(fired, 60, 0.2)
+    assert cluster.api("DELETE", "/v1/schedules/every-vm", server=server).status_code == 204
+    listed = cluster.ok("GET", "/v1/runs", server=server, params={"schedule": "every-vm"})
+    runs = [
+        cluster.ok("GET", f"/v1/runs/{r['id']}", server=server, params={"wait": 30})
+        for r in listed["items"]
+    ]
+    check_fired(cluster.database_url, "every-vm", runs)
 
 
 def test_a_lost_node_that_comes_back_has_its_stale_vm_stopped(tmp_path: Path) -> None:
