@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import secrets
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -69,17 +69,20 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: str) -> N
     one_line_usage(local("sqlite:////nonexistent/never.db", *args), words)
 
 
-@pytest.fixture
-def api_server(tmp_path: Path) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One backend is enough here: the commands are the same code over the API or the store,
-    whose backends the API tests cover."""
-    server = Server(sqlite_url(tmp_path), tmp_path / "serve.log").start()
+    whose backends the API tests cover. One server for the module: over the API each test
+    works in a workspace of its own; on the database, in the CLI's, ``default``."""
+    tmp = tmp_path_factory.mktemp("serve")
+    server = Server(sqlite_url(tmp), tmp / "serve.log").start()
     yield server
     server.stop()
 
 
 def test_approve_reject_and_cancel_through_the_server(api_server: Server) -> None:
-    key = make_key(api_server.database_url, "default", ALL_SCOPES, name="carol")
+    workspace = f"carol-{secrets.token_hex(4)}"
+    key = make_key(api_server.database_url, workspace, ALL_SCOPES, name="carol")
     with client(api_server, key) as api:
         api.put("/v1/agents/review", json=REVIEW).raise_for_status()
         first, second = parked(api, "Ada"), parked(api, "Bob")
@@ -153,8 +156,9 @@ def test_approve_and_cancel_on_the_database(api_server: Server) -> None:
 
 
 def test_remote_needs_the_key_scope(api_server: Server) -> None:
-    key = make_key(api_server.database_url, "default", ALL_SCOPES)
-    reader = make_key(api_server.database_url, "default", "runs:read")
+    workspace = f"w{secrets.token_hex(4)}"
+    key = make_key(api_server.database_url, workspace, ALL_SCOPES)
+    reader = make_key(api_server.database_url, workspace, "runs:read")
     with httpx.Client(base_url=api_server.url, headers={"Authorization": f"Bearer {key}"}) as api:
         api.put("/v1/agents/review", json=REVIEW).raise_for_status()
         run_id = parked(api, "Ada")

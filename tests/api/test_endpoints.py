@@ -3,6 +3,7 @@ against a real `lantern serve`."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -27,11 +28,12 @@ NOOP = {
 
 
 class Caller:
-    """An HTTP client holding one API key; closed when the test ends."""
+    """An HTTP client holding one API key (of ``workspace``); closed when the test ends."""
 
     opened: ClassVar[list[httpx.Client]] = []
 
-    def __init__(self, server: Server, key: str | None) -> None:
+    def __init__(self, server: Server, key: str | None, workspace: str = "") -> None:
+        self.workspace = workspace
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.Client(base_url=server.url, headers=headers, timeout=30)
         Caller.opened.append(self.http)
@@ -48,13 +50,24 @@ def close_callers() -> Iterator[None]:
 
 
 @pytest.fixture
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's callers are in workspaces of their own."""
+    return module_server
+
+
+def caller(server: Server, name: str, scopes: str = ALL_SCOPES) -> Caller:
+    workspace = f"{name}-{secrets.token_hex(4)}"
+    return Caller(server, make_key(server.database_url, workspace, scopes), workspace)
+
+
+@pytest.fixture
 def alice(api_server: Server) -> Caller:
-    return Caller(api_server, make_key(api_server.database_url, "alice", ALL_SCOPES))
+    return caller(api_server, "alice")
 
 
 @pytest.fixture
 def bob(api_server: Server) -> Caller:
-    return Caller(api_server, make_key(api_server.database_url, "bob", ALL_SCOPES))
+    return caller(api_server, "bob")
 
 
 def is_problem(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -204,11 +217,11 @@ def test_keys_need_their_scopes(api_server: Server, alice: Caller) -> None:
     }
     for needed, call in calls.items():
         others = ",".join(s for s in ALL_SCOPES.split(",") if s != needed)
-        lacking = Caller(api_server, make_key(api_server.database_url, "alice", others))
+        lacking = Caller(api_server, make_key(api_server.database_url, alice.workspace, others))
         assert needed in is_problem(call(lacking), 403)["detail"]
         is_problem(call(Caller(api_server, None)), 401)
         is_problem(call(Caller(api_server, "lk_nothere_secret")), 401)
-    admin = Caller(api_server, make_key(api_server.database_url, "alice", "admin"))
+    admin = Caller(api_server, make_key(api_server.database_url, alice.workspace, "admin"))
     assert admin.get(f"/v1/runs/{run_id}").status_code == 200
     # No key's secret ever reaches the log, whether it was accepted or refused.
     log = api_server.log.read_text()
@@ -220,16 +233,16 @@ def test_a_revoked_key_is_refused(api_server: Server) -> None:
 
     from tests.server import LANTERN
 
-    key = make_key(api_server.database_url, "alice", "runs:read")
-    caller = Caller(api_server, key)
-    assert caller.get("/v1/runs").status_code == 200
+    reader = caller(api_server, "alice", "runs:read")
+    key = reader.http.headers["authorization"].removeprefix("Bearer ")
+    assert reader.get("/v1/runs").status_code == 200
     env = {"LANTERN_DATABASE_URL": api_server.database_url, "PATH": "/usr/bin:/bin"}
     key_id = key.split("_")[1]
     listed = subprocess.run([LANTERN, "keys", "list"], env=env, capture_output=True, text=True)
     assert key_id in listed.stdout and key.split("_", 2)[2] not in listed.stdout
     done = subprocess.run([LANTERN, "keys", "revoke", key_id], env=env, capture_output=True)
     assert done.returncode == 0
-    is_problem(caller.get("/v1/runs"), 401)
+    is_problem(reader.get("/v1/runs"), 401)
 
 
 def test_workspaces_see_only_their_own(alice: Caller, bob: Caller) -> None:
@@ -294,7 +307,7 @@ def test_cancel_a_running_and_a_queued_run(
 
 
 def test_workers_are_listed_for_admins(api_server: Server, alice: Caller) -> None:
-    admin = Caller(api_server, make_key(api_server.database_url, "alice", "admin"))
+    admin = Caller(api_server, make_key(api_server.database_url, alice.workspace, "admin"))
     workers = admin.get("/v1/workers").json()["items"]
     me = [w for w in workers if w["id"] == f"test-{api_server.port}"]
     assert len(me) == 1 and me[0]["alive"] and me[0]["runs"] == []

@@ -4,10 +4,12 @@ journal, and the calling key's own description (both backends, a real server).""
 from __future__ import annotations
 
 import copy
+import secrets
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import sqlite_url
 from tests.helpers import wait_until
@@ -48,12 +50,22 @@ def parked(api: httpx.Client, who: str) -> str:
     return run_id
 
 
+@pytest.fixture
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's keys are in workspaces of their own."""
+    return module_server
+
+
+def workspace(name: str) -> str:
+    return f"{name}-{secrets.token_hex(4)}"
+
+
 def test_pending_approvals_and_who_decided(api_server: Server) -> None:
-    db = api_server.database_url
-    admin = make_key(db, "acme", "runs:execute,runs:read,agents:write", name="deployer")
-    approver = make_key(db, "acme", "runs:approve,runs:read", name="alice")
-    reader = make_key(db, "acme", "runs:read")
-    stranger = make_key(db, "other", "runs:read,runs:approve")
+    db, acme = api_server.database_url, workspace("acme")
+    admin = make_key(db, acme, "runs:execute,runs:read,agents:write", name="deployer")
+    approver = make_key(db, acme, "runs:approve,runs:read", name="alice")
+    reader = make_key(db, acme, "runs:read")
+    stranger = make_key(db, workspace("other"), "runs:read,runs:approve")
     with (
         client(api_server, admin) as api,
         client(api_server, approver) as alice,
@@ -73,7 +85,7 @@ def test_pending_approvals_and_who_decided(api_server: Server) -> None:
         assert all(p["agentName"] == "review" and p["since"] for p in items)
         assert other.get("/v1/approvals").json()["items"] == []  # another workspace's runs
         scraped = httpx.get(f"{api_server.url}/metrics", timeout=30).text
-        assert 'lantern_runs{status="waiting",workspace="acme"} 2.0' in scraped, scraped
+        assert f'lantern_runs{{status="waiting",workspace="{acme}"}} 2.0' in scraped, scraped
         assert "lantern_leases_held 0.0" in scraped  # parked runs hold no lease
         assert "lantern_oldest_queued_run_age_seconds 0.0" in scraped
         bad = ro.get("/v1/approvals", params={"status": "decided"})
@@ -104,35 +116,32 @@ def test_pending_approvals_and_who_decided(api_server: Server) -> None:
 
 
 def test_keys_self_describes_the_calling_key(api_server: Server) -> None:
-    key = make_key(api_server.database_url, "acme", "runs:read,runs:approve", name="ops bot")
+    acme = workspace("acme")
+    key = make_key(api_server.database_url, acme, "runs:read,runs:approve", name="ops bot")
     with client(api_server, key) as api:
         me = api.get("/v1/keys/self").json()
-        assert me["name"] == "ops bot" and me["workspace"] == "acme"
+        assert me["name"] == "ops bot" and me["workspace"] == acme
         assert me["scopes"] == ["runs:approve", "runs:read"] and key.startswith(f"lk_{me['id']}_")
         assert "secret" not in str(me).lower() and key not in str(me)
     with client(api_server, "lk_nope_nope") as api:
         assert api.get("/v1/keys/self").status_code == 401
 
 
-def test_apply_refuses_a_tool_the_serving_app_lacks(tmp_path: Path) -> None:
-    server = Server(sqlite_url(tmp_path), tmp_path / "serve.log").start()  # crash_app's tools
-    try:
-        key = make_key(server.database_url, "acme", "agents:write,agents:read")
-        bad = copy.deepcopy(REVIEW)
-        bad["graph"]["nodes"][2]["data"]["tool"] = "crm.lookpu"
-        bad["graph"]["nodes"][1]["data"]["prompt"] = "{{ steps.send.output }}"
-        with client(server, key) as api:
-            refused = api.put("/v1/agents/review", json=bad)
-            assert refused.status_code == 422, refused.text
-            assert refused.json()["errors"] == [
-                "node 'ok': a template reads steps.send, but 'send' is not one of its"
-                " ancestors, so it may not have run yet",
-                "node 'send': tool 'crm.lookpu' is not registered by the app",
-            ]
-            assert api.get("/v1/agents/review").status_code == 404
-            assert api.put("/v1/agents/review", json=REVIEW).status_code == 200
-    finally:
-        server.stop()
+def test_apply_refuses_a_tool_the_serving_app_lacks(api_server: Server) -> None:
+    key = make_key(api_server.database_url, workspace("acme"), "agents:write,agents:read")
+    bad = copy.deepcopy(REVIEW)
+    bad["graph"]["nodes"][2]["data"]["tool"] = "crm.lookpu"  # crash_app has crm.lookup
+    bad["graph"]["nodes"][1]["data"]["prompt"] = "{{ steps.send.output }}"
+    with client(api_server, key) as api:
+        refused = api.put("/v1/agents/review", json=bad)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["errors"] == [
+            "node 'ok': a template reads steps.send, but 'send' is not one of its"
+            " ancestors, so it may not have run yet",
+            "node 'send': tool 'crm.lookpu' is not registered by the app",
+        ]
+        assert api.get("/v1/agents/review").status_code == 404
+        assert api.put("/v1/agents/review", json=REVIEW).status_code == 200
 
 
 def test_a_code_agents_approval_journals_who_decided(tmp_path: Path) -> None:

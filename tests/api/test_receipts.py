@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -48,8 +49,19 @@ def client(server: Server, key: str | None) -> httpx.Client:
 
 
 @pytest.fixture
-def alice(api_server: Server) -> Iterator[httpx.Client]:
-    with client(api_server, make_key(api_server.database_url, "alice", ALL_SCOPES)) as http:
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's callers are in workspaces of their own."""
+    return module_server
+
+
+@pytest.fixture
+def workspace() -> str:
+    return f"alice-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def alice(api_server: Server, workspace: str) -> Iterator[httpx.Client]:
+    with client(api_server, make_key(api_server.database_url, workspace, ALL_SCOPES)) as http:
         assert http.put("/v1/agents/noop", json=NOOP).status_code == 200
         yield http
 
@@ -98,14 +110,14 @@ def third_party_verify(answer: dict[str, Any], jwks: dict[str, Any], events: lis
 
 
 def test_a_receipt_verifies_with_a_plain_ed25519_library(
-    api_server: Server, alice: httpx.Client
+    api_server: Server, alice: httpx.Client, workspace: str
 ) -> None:
     run = finish(alice)
     answer = alice.get(f"/v1/runs/{run['id']}/receipt")
     assert answer.status_code == 200, answer.text
     body = answer.json()
     receipt = body["receipt"]
-    assert receipt["runId"] == run["id"] and receipt["workspace"] == "alice"
+    assert receipt["runId"] == run["id"] and receipt["workspace"] == workspace
     assert (receipt["agentName"], receipt["agentVersion"], receipt["status"]) == (
         "noop",
         1,
@@ -120,17 +132,19 @@ def test_a_receipt_verifies_with_a_plain_ed25519_library(
     assert alice.get(f"/v1/runs/{run['id']}/receipt").json() == body
 
 
-def test_receipt_status_codes(api_server: Server, alice: httpx.Client, receiver: Receiver) -> None:
+def test_receipt_status_codes(
+    api_server: Server, alice: httpx.Client, workspace: str, receiver: Receiver
+) -> None:
     run = finish(alice)
     path = f"/v1/runs/{run['id']}/receipt"
     db = api_server.database_url
     with client(api_server, None) as anonymous:
         assert anonymous.get(path).status_code == 401
-    with client(api_server, make_key(db, "bob", ALL_SCOPES)) as bob:
+    with client(api_server, make_key(db, f"bob-{workspace}", ALL_SCOPES)) as bob:
         answer = bob.get(path)
         assert answer.status_code == 403 and "another workspace" in answer.json()["detail"]
         assert "receipt" not in answer.text
-    with client(api_server, make_key(db, "alice", "agents:read")) as no_scope:
+    with client(api_server, make_key(db, workspace, "agents:read")) as no_scope:
         assert no_scope.get(path).status_code == 403
     unknown = alice.get("/v1/runs/run_nothere/receipt")
     assert unknown.status_code == 404
