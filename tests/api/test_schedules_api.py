@@ -3,6 +3,7 @@ a run's schedule, and hostile input answered with problem+json that changes noth
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import httpx
@@ -13,8 +14,15 @@ from tests.server import ALL_SCOPES, Server, make_key
 TICK = {"name": "tick", "graph": {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}}
 
 
-def client(server: Server, workspace: str) -> httpx.Client:
-    key = make_key(server.database_url, workspace, ALL_SCOPES)
+@pytest.fixture
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): every client is in a workspace of its own."""
+    return module_server
+
+
+def client(server: Server, name: str) -> httpx.Client:
+    """A client with every scope in a new workspace ``name-…`` that no other client shares."""
+    key = make_key(server.database_url, f"{name}-{secrets.token_hex(4)}", ALL_SCOPES)
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
