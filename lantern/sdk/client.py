@@ -38,10 +38,18 @@ from lantern.sdk.models import (
     RunStatus,
     Worker,
 )
-from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
+from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport
 from lantern.sdk.stream import StreamItem, follow_stream
 
 T = TypeVar("T")
+# The request was never sent: retrying cannot do anything twice.
+NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+# A configuration mistake, not a passing failure.
+NEVER_RETRIED: tuple[type[httpx.TransportError], ...] = (httpx.UnsupportedProtocol,)
 Decision = Literal["approve", "reject"]
 
 MAX_WAIT = 60.0  # the server's longest long-poll, in seconds
@@ -511,6 +519,12 @@ class AsyncClient:
                 retries,
             )
             await asyncio.sleep(delay)
+
+
+def retry_transport_error(exc: httpx.TransportError, *, safe: bool) -> bool:
+    if isinstance(exc, NEVER_RETRIED):
+        return False
+    return retry_transport(safe=safe, sent=not isinstance(exc, NOT_SENT))
 
 
 def _parse(parse: Callable[[Any], T], data: Any) -> T:

@@ -4,6 +4,10 @@ Safe calls (every GET, and ``POST /v1/runs``, which always carries an idempotenc
 on a transport error and on 429, 502, 503 and 504. The other calls (cancel, approve, applying an
 agent) are retried only when the request provably never left: the connection could not be made.
 Waits grow exponentially with full jitter, and a ``Retry-After`` from the server wins.
+
+Which transport errors mean "never sent" is the HTTP library's to say: ``client.py`` for the
+SDK's httpx, ``lantern/cli/api.py`` for the command line's ``http.client``. This module imports
+neither, so the command line pays for no HTTP library it does not use.
 """
 
 from __future__ import annotations
@@ -14,17 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-import httpx
-
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-# The request was never sent: retrying cannot do anything twice.
-NOT_SENT: tuple[type[httpx.TransportError], ...] = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
-# A configuration mistake, not a passing failure.
-NEVER_RETRIED: tuple[type[httpx.TransportError], ...] = (httpx.UnsupportedProtocol,)
 
 _random = random.Random()
 
@@ -48,10 +42,10 @@ class Backoff:
         return _random.random() * self.ceiling(attempt)
 
 
-def retry_transport_error(exc: httpx.TransportError, *, safe: bool) -> bool:
-    if isinstance(exc, NEVER_RETRIED):
-        return False
-    return safe or isinstance(exc, NOT_SENT)
+def retry_transport(*, safe: bool, sent: bool) -> bool:
+    """Whether a transport error is worth another attempt: always for a safe call, and for any
+    call when the request provably never left (``sent`` False)."""
+    return safe or not sent
 
 
 def retry_status(status: int, *, safe: bool) -> bool:

@@ -40,8 +40,9 @@ from lantern.sdk import (
     WaitTimeout,
     retry,
 )
+from lantern.sdk.client import retry_transport_error
 from lantern.sdk.errors import error_for, error_from_body
-from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport_error
+from lantern.sdk.retry import Backoff, parse_retry_after, retry_status
 from tests.helpers import http_chain
 from tests.server import ALL_SCOPES, Server, free_port, make_key
 
