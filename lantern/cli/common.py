@@ -1,4 +1,10 @@
-"""What every command shares: settings, an opened store, and one-line errors."""
+"""What every command shares: settings, the server or an opened store, and one-line errors.
+
+A command that reads or changes runs goes to the server ``LANTERN_URL`` names when it is set
+and to the database otherwise: ``server_or_database(through_server, on_database)`` picks, runs
+the server's side with the blocking ``Api`` (no event loop, no HTTP library beyond the standard
+library's) and the database's under asyncio, and turns any Lantern error into one line.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from lantern.errors import DefinitionError, LanternError, UsageError
 if TYPE_CHECKING:  # each command imports what it uses when it runs: `lantern --help` stays quick
     from rich.console import Console
 
+    from lantern.cli.api import Api
     from lantern.sdk import AsyncClient
     from lantern.store.base import Store
 
@@ -53,11 +60,33 @@ def with_database(ctx: click.Context, url: str | None) -> None:
         ctx.obj["database_flag"] = True
 
 
-def remote() -> AsyncClient | None:
-    """The client of the server LANTERN_URL names; None without it (use the local database).
+def server() -> Api | None:
+    """The server LANTERN_URL names, through the command line's blocking client; None without
+    it (use the local database).
 
     One rule for every command that reads or changes runs: with a URL the command goes to that
     server or fails, never quietly to a local database the user did not mean."""
+    found = _address()
+    if found is None:
+        return None
+    from lantern.cli.api import Api
+
+    return Api(*found)
+
+
+def remote() -> AsyncClient | None:
+    """The SDK's client of the server LANTERN_URL names (``server()``'s rule), for a command
+    that follows a run as it goes; None without it."""
+    found = _address()
+    if found is None:
+        return None
+    from lantern.sdk.client import AsyncClient
+
+    return AsyncClient(*found)
+
+
+def _address() -> tuple[str, str] | None:
+    """LANTERN_URL and LANTERN_API_KEY; None without the URL, one usage line without the key."""
     url = os.environ.get("LANTERN_URL")
     if not url:
         return None
@@ -72,9 +101,7 @@ def remote() -> AsyncClient | None:
             f"LANTERN_URL is set ({url}) but LANTERN_API_KEY is not: set the key"
             " (`lantern keys create` prints one) or unset LANTERN_URL to use the local database"
         )
-    from lantern.sdk import AsyncClient
-
-    return AsyncClient(url, key)
+    return url, key
 
 
 def cli_worker_id(s: Settings) -> str:
@@ -94,12 +121,37 @@ async def opened(s: Settings) -> AsyncIterator[Store]:
         await store.close()
 
 
+def server_or_database(
+    through_server: Callable[[Api], T], on_database: Callable[[], Awaitable[T]]
+) -> T:
+    """The command's work through the server LANTERN_URL names (``through_server``, blocking)
+    or else on the database (``on_database``, under asyncio, which only this side imports);
+    a Lantern error becomes one line, as ``run`` makes it."""
+
+    def body() -> T:
+        api = server()
+        if api is None:
+            import asyncio
+
+            return asyncio.run(on_database())  # type: ignore[arg-type]
+        with api:
+            return through_server(api)
+
+    return guarded(body)
+
+
 def run(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a command body; a Lantern error becomes one line on stderr and exit 1 (2 for usage)."""
+    """Run an async command body; a Lantern error becomes one line, as ``guarded`` says."""
     import asyncio
 
+    return guarded(lambda: asyncio.run(fn()))  # type: ignore[arg-type]
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Call a command body; a Lantern error becomes one line on stderr and exit 1 (2 for
+    usage)."""
     try:
-        return asyncio.run(fn())  # type: ignore[arg-type]
+        return fn()
     except DefinitionError as exc:
         fail(str(exc), 1)
     except UsageError as exc:
@@ -114,8 +166,8 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
 
 
 def _from_api(exc: BaseException) -> bool:
-    # The SDK is imported only by commands that talk to a server: where it is not loaded, no
-    # error can have come from it.
+    # The SDK's errors are imported only by commands that talk to a server: where they are not
+    # loaded, no error can have come from one.
     errors = sys.modules.get("lantern.sdk.errors")
     return errors is not None and isinstance(exc, errors.ApiError)
 

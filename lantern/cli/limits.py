@@ -15,17 +15,17 @@ from click.core import ParameterSource
 
 from lantern.cli.common import (
     DEFAULT_WORKSPACE,
-    console,
+    guarded,
     opened,
-    remote,
-    run,
+    server_or_database,
     settings,
     with_database,
 )
+from lantern.cli.table import echo_columns
 from lantern.errors import UsageError
 
 if TYPE_CHECKING:
-    from lantern.sdk import AsyncClient
+    from lantern.cli.api import Api
     from lantern.store.base import Store
 
 Workspace = click.option(
@@ -42,31 +42,26 @@ def limits() -> None:
     """Rate limits on model calls (tokens and requests per minute), shared by every replica."""
 
 
-def _remote() -> AsyncClient | None:
-    """The server LANTERN_URL names, whose key decides the workspace."""
-    api = remote()
-    ctx = click.get_current_context()
-    if api is not None and ctx.get_parameter_source("workspace") == ParameterSource.COMMANDLINE:
-        raise UsageError(
-            "--workspace is for the database: through LANTERN_URL the key's workspace is used"
-        )
-    return api
-
-
-def _act(ctx: click.Context, database_url: str | None, act: Any) -> Any:
-    """Run ``act(api, store)`` with one of them set, and return what it returns."""
+def _act(
+    ctx: click.Context, database_url: str | None, through_server: Any, on_database: Any
+) -> Any:
+    """``through_server(api)`` through LANTERN_URL's server, whose key decides the workspace,
+    or else ``on_database(store)`` (async); what it returns."""
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> Any:
-        api = _remote()
-        if api is not None:
-            async with api:
-                return await act(api, None)
-        async with opened(s) as store:
-            return await act(None, store)
+    def remote(api: Api) -> Any:
+        if ctx.get_parameter_source("workspace") == ParameterSource.COMMANDLINE:
+            raise UsageError(
+                "--workspace is for the database: through LANTERN_URL the key's workspace is used"
+            )
+        return through_server(api)
 
-    return run(body)
+    async def local() -> Any:
+        async with opened(s) as store:
+            return await on_database(store)
+
+    return server_or_database(remote, local)
 
 
 def _definition(
@@ -124,16 +119,19 @@ def set_limit(
     options; prints it."""
     import json
 
-    async def act(api: AsyncClient | None, store: Store | None) -> dict[str, Any]:
-        body = _definition(file, model, tpm, rpm, server)  # a usage error is one line, exit 2
-        if api is not None:
-            return await api.put_limit(name, body)
+    body = guarded(lambda: _definition(file, model, tpm, rpm, server))  # usage: one line, exit 2
+
+    def through_server(api: Api) -> dict[str, Any]:
+        from lantern.cli.api import parsed, seg
+
+        return parsed(dict, api.put(f"/v1/limits/{seg(name)}", body))
+
+    async def on_database(store: Store) -> dict[str, Any]:
         from lantern.models import limit_admin
 
-        assert store is not None
         return limit_admin.shown(await limit_admin.set_limit(store, workspace, name, body))
 
-    click.echo(json.dumps(_act(ctx, database_url, act), indent=2))
+    click.echo(json.dumps(_act(ctx, database_url, through_server, on_database), indent=2))
 
 
 @limits.command("list")
@@ -144,27 +142,30 @@ def list_limits(ctx: click.Context, workspace: str, database_url: str | None) ->
     """The limits the workspace's calls are held to (its own and the server's), with what
     each one's last minute holds."""
 
-    async def act(api: AsyncClient | None, store: Store | None) -> list[dict[str, Any]]:
-        if api is not None:
-            return await api.limits()
+    def through_server(api: Api) -> list[dict[str, Any]]:
+        from lantern.cli.api import parsed
+
+        return parsed(lambda d: [dict(item) for item in d["items"]], api.get("/v1/limits"))
+
+    async def on_database(store: Store) -> list[dict[str, Any]]:
         from lantern.models import limit_admin
 
-        assert store is not None
         return await limit_admin.list_limits(store, workspace)
 
-    found = _act(ctx, database_url, act)
-    from rich.table import Table
-
-    table = Table("name", "scope", "model", "tokens/min used", "requests/min used")
-    for item in found:
-        table.add_row(
-            item["name"],
-            item["scope"],
-            item["match"]["model"],
-            _fill(item["used"]["tokens"], item["tokensPerMinute"]),
-            _fill(item["used"]["requests"], item["requestsPerMinute"]),
-        )
-    console().print(table)
+    found = _act(ctx, database_url, through_server, on_database)
+    echo_columns(
+        ("name", "scope", "model", "tokens/min used", "requests/min used"),
+        (
+            (
+                item["name"],
+                item["scope"],
+                item["match"]["model"],
+                _fill(item["used"]["tokens"], item["tokensPerMinute"]),
+                _fill(item["used"]["requests"], item["requestsPerMinute"]),
+            )
+            for item in found
+        ),
+    )
 
 
 def _fill(used: int, limit: int | None) -> str:
@@ -182,14 +183,15 @@ def delete_limit(
 ) -> None:
     """Delete the limit NAME (--server: the server's); calls it held are sent freely."""
 
-    async def act(api: AsyncClient | None, store: Store | None) -> None:
-        if api is not None:
-            await api.delete_limit(name, server=server)
-            return
+    def through_server(api: Api) -> None:
+        from lantern.cli.api import seg
+
+        api.delete(f"/v1/limits/{seg(name)}", {"scope": "server"} if server else None)
+
+    async def on_database(store: Store) -> None:
         from lantern.models import limit_admin
 
-        assert store is not None
         await limit_admin.delete_limit(store, workspace, name, server)
 
-    _act(ctx, database_url, act)
+    _act(ctx, database_url, through_server, on_database)
     click.echo(f"deleted {name}")

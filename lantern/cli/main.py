@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,14 +20,18 @@ from lantern.cli.common import (
     cli_worker_id,
     console,
     fail,
+    guarded,
     opened,
     parse_json,
-    remote,
-    run,
+    server_or_database,
     settings,
     with_database,
 )
-from lantern.errors import NotFound
+from lantern.cli.table import echo_columns
+from lantern.errors import DefinitionError, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from lantern.cli.api import Api
 
 DATABASE = click.option("--database-url", help="Overrides LANTERN_DATABASE_URL.")
 
@@ -71,22 +75,29 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
     except (OSError, yaml.YAMLError) as exc:
         fail(f"cannot read {file}: {' '.join(str(exc).split())}", 2)
 
-    async def body() -> None:
-        api = remote()
-        if api is not None:
-            async with api:
-                applied = await api.apply_agent(definition)
-            click.echo(f"applied {applied.name} v{applied.version}")
-            return
+    def through_server(api: Api) -> tuple[str, int]:
+        from lantern.cli.api import parsed, seg
+        from lantern.sdk.models import Agent
+
+        if not isinstance(definition, dict):  # as the engine words it on a database
+            raise DefinitionError(["the definition must be a JSON object"])
+        name = definition.get("name")
+        if not isinstance(name, str) or not name:
+            raise UsageError("an agent definition needs a non-empty string 'name'")
+        applied = parsed(Agent.from_json, api.put(f"/v1/agents/{seg(name)}", definition))
+        return applied.name, applied.version
+
+    async def on_database() -> tuple[str, int]:
         from lantern.engine.runs import apply_agent
         from lantern.models import router
 
         routes = router.configured(s.models.routes, s.models.routes_file)
         async with opened(s) as store:
             agent = await apply_agent(store, definition, routes=routes)
-        click.echo(f"applied {agent.name} v{agent.version}")
+        return agent.name, agent.version
 
-    run(body)
+    name, version = server_or_database(through_server, on_database)
+    click.echo(f"applied {name} v{version}")
 
 
 @agents.command("list")
@@ -94,31 +105,35 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
 @click.pass_context
 def agents_list(ctx: click.Context, database_url: str | None) -> None:
     """The newest version of each agent."""
-    from rich.table import Table
-
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        api = remote()
-        found: list[Any]
-        if api is not None:
-            async with api:
-                found = [a async for a in api.iter_agents()]
-        else:
-            async with opened(s) as store:
-                found = list(await store.list_agents(DEFAULT_WORKSPACE))
-        table = Table("name", "version", "nodes", "applied")
-        for a in found:
-            code = a.definition.get("code")
-            if isinstance(code, dict):  # a code-first agent: its code's version and module
-                nodes = f"code {code.get('version')} ({code.get('module')})"
-            else:
-                nodes = str(len(a.definition.get("graph", {}).get("nodes", [])))
-            table.add_row(a.name, str(a.version), nodes, a.created_at.isoformat(" ", "seconds"))
-        console().print(table)
+    def through_server(api: Api) -> list[Any]:
+        from lantern.cli.api import parsed
+        from lantern.sdk.models import Agent, Page
 
-    run(body)
+        found: list[Any] = []
+        cursor = None
+        while True:  # every page
+            data = api.get("/v1/agents", {"cursor": cursor})
+            page = parsed(lambda d: Page.from_json(d, Agent.from_json), data)
+            found.extend(page.items)
+            if (cursor := page.next_cursor) is None:
+                return found
+
+    async def on_database() -> list[Any]:
+        async with opened(s) as store:
+            return list(await store.list_agents(DEFAULT_WORKSPACE))
+
+    rows = []
+    for a in server_or_database(through_server, on_database):
+        code = a.definition.get("code")
+        if isinstance(code, dict):  # a code-first agent: its code's version and module
+            nodes = f"code {code.get('version')} ({code.get('module')})"
+        else:
+            nodes = str(len(a.definition.get("graph", {}).get("nodes", [])))
+        rows.append((a.name, str(a.version), nodes, a.created_at.isoformat(" ", "seconds")))
+    echo_columns(("name", "version", "nodes", "applied"), rows)
 
 
 @cli.command("run")
@@ -154,18 +169,31 @@ def run_agent(
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> int:
-        value = parse_json(input_json, "--input")
-        api = remote()
-        if api is not None:
-            async with api:
-                submitted = await api.create_run(agent, value, priority=priority)
-                if not wait:
-                    click.echo(submitted.id)
-                    return 0
-                result = await api.wait(submitted.id)
-            click.echo(json.dumps(run_json(result), indent=2))
-            return 0 if result.status == "succeeded" else 1
+    value = guarded(lambda: parse_json(input_json, "--input"))
+
+    def through_server(api: Api) -> int:
+        import secrets
+
+        from lantern.cli.api import parsed, seg
+        from lantern.sdk.models import Run
+
+        body: dict[str, Any] = {"agentName": agent, "input": value}
+        if priority is not None:
+            body["priority"] = priority
+        # The key makes the create safe to retry: a lost answer never starts a second run.
+        key = {"Idempotency-Key": secrets.token_hex(16)}
+        submitted = parsed(Run.from_json, api.post("/v1/runs", body, headers=key, safe=True))
+        if not wait:
+            click.echo(submitted.id)
+            return 0
+        result = submitted
+        while not result.finished:  # the server's long-poll answers once it is, or after 60 s
+            data = api.get(f"/v1/runs/{seg(result.id)}", {"wait": 60}, extra=60)
+            result = parsed(Run.from_json, data)
+        click.echo(json.dumps(run_json(result), indent=2))
+        return 0 if result.status == "succeeded" else 1
+
+    async def on_database() -> int:
         from lantern.engine import own_start
         from lantern.engine.runs import create_run
         from lantern.engine.worker import Worker
@@ -209,7 +237,7 @@ def run_agent(
         click.echo(json.dumps(run_json(finished), indent=2))
         return 0 if finished.status == "succeeded" else 1
 
-    sys.exit(run(body))
+    sys.exit(server_or_database(through_server, on_database))
 
 
 def _queued(run: Any) -> None:
@@ -236,38 +264,37 @@ def runs_list(
     ctx: click.Context, status: Any, agent_name: str | None, limit: int, database_url: str | None
 ) -> None:
     """Runs, newest first."""
-    from rich.table import Column, Table
-
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        api = remote()
-        found: list[Any]
-        if api is not None:
-            async with api:
-                page = await api.list_runs(status=status, agent_name=agent_name, limit=limit)
-            found = list(page.items)
-        else:
-            async with opened(s) as store:
-                found = list(
-                    await store.list_runs(
-                        DEFAULT_WORKSPACE, status=status, agent_name=agent_name, limit=limit
-                    )
+    def through_server(api: Api) -> list[Any]:
+        from lantern.cli.api import parsed
+        from lantern.sdk.models import Page, Run
+
+        data = api.get("/v1/runs", {"status": status, "agentName": agent_name, "limit": limit})
+        return list(parsed(lambda d: Page.from_json(d, Run.from_json), data).items)
+
+    async def on_database() -> list[Any]:
+        async with opened(s) as store:
+            return list(
+                await store.list_runs(
+                    DEFAULT_WORKSPACE, status=status, agent_name=agent_name, limit=limit
                 )
-        table = Table("agent", "status", "created", "updated")
-        table.columns.insert(0, Column("id", no_wrap=True))
-        for r in found:
-            table.add_row(
+            )
+
+    echo_columns(
+        ("id", "agent", "status", "created", "updated"),
+        (
+            (
                 r.id,
                 f"{r.agent_name} v{r.agent_version}",
                 r.status,
                 r.created_at.isoformat(" ", "seconds"),
                 r.updated_at.isoformat(" ", "seconds"),
             )
-        console().print(table)
-
-    run(body)
+            for r in server_or_database(through_server, on_database)
+        ),
+    )
 
 
 @runs.command("show")
@@ -281,24 +308,26 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        api = remote()
-        if api is not None:
-            async with api:
-                got = await api.get_run(run_id)
-                journal = await api.events(run_id)
-                sent = await api.deliveries(run_id)
-            waterfall.render(got, journal, console(), sent)
-            return
+    def through_server(api: Api) -> tuple[Any, Any, Any]:
+        from lantern.cli.api import parsed, seg
+        from lantern.sdk.models import Delivery, EventPage, Run
+
+        path = f"/v1/runs/{seg(run_id)}"
+        got = parsed(Run.from_json, api.get(path))
+        journal = parsed(EventPage.from_json, api.get(f"{path}/events", {"after": 0})).items
+        data = api.get(f"{path}/deliveries")
+        sent = parsed(lambda d: [Delivery.from_json(item) for item in d["items"]], data)
+        return got, journal, sent
+
+    async def on_database() -> tuple[Any, Any, Any]:
         async with opened(s) as store:
             found = await store.get_run(run_id)
             if found is None:
                 raise NotFound(f"run {run_id} not found")
-            events = await store.events(run_id)
-            receipts = await store.deliveries(run_id)
-        waterfall.render(found, events, console(), receipts)
+            return found, await store.events(run_id), await store.deliveries(run_id)
 
-    run(body)
+    found, events, sent = server_or_database(through_server, on_database)
+    waterfall.render(found, events, console(), sent)
 
 
 @runs.command("resume")
@@ -312,20 +341,21 @@ def runs_resume(ctx: click.Context, run_id: str, version: str, database_url: str
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        api = remote()
-        moved: Any
-        if api is not None:
-            async with api:
-                moved = await api.resume(run_id, version)
-        else:
-            from lantern.engine.resume import resume_run
+    def through_server(api: Api) -> Any:
+        from lantern.cli.api import parsed, seg
+        from lantern.sdk.models import Run
 
-            async with opened(s) as store:
-                moved = await resume_run(store, run_id, version, cli_worker_id(s), s.lease_ttl)
-        click.echo(f"{moved.id} {moved.status}: pinned to version {version}")
+        data = api.post(f"/v1/runs/{seg(run_id)}/resume", {"version": version})
+        return parsed(Run.from_json, data)
 
-    run(body)
+    async def on_database() -> Any:
+        from lantern.engine.resume import resume_run
+
+        async with opened(s) as store:
+            return await resume_run(store, run_id, version, cli_worker_id(s), s.lease_ttl)
+
+    moved = server_or_database(through_server, on_database)
+    click.echo(f"{moved.id} {moved.status}: pinned to version {version}")
 
 
 @cli.command()

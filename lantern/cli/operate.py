@@ -12,21 +12,24 @@ from __future__ import annotations
 import getpass
 import json
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from lantern.cli.common import (
     DEFAULT_WORKSPACE,
     cli_worker_id,
-    console,
+    guarded,
     opened,
-    remote,
-    run,
+    server_or_database,
     settings,
     with_database,
 )
+from lantern.cli.table import echo_columns
 from lantern.errors import Conflict, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from lantern.cli.api import Api
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{28}$")
 MAX_COMMENT = 10_000
@@ -71,25 +74,30 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
         with_database(ctx, database_url)
         s = settings(ctx)
 
-        async def body() -> None:
+        def checked() -> None:
             checked_run_id(run_id)
             if comment is not None and len(comment) > MAX_COMMENT:
                 raise UsageError(f"--comment is longer than {MAX_COMMENT} characters")
-            api = remote()
-            if api is not None:
-                async with api:
-                    step = node or _only(
-                        run_id,
-                        [
-                            p.node_id
-                            for p in await api.pending_approvals(limit=500)
-                            if p.run_id == run_id
-                        ],
-                    )
-                    made = await api.approve(run_id, step, verb, comment)
-                who = made.get("decidedByName") or made.get("decidedBy")
-                click.echo(f"{made['decision']} {run_id} at {step} (by {who})")
-                return
+
+        guarded(checked)
+
+        def through_server(api: Api) -> None:
+            from lantern.cli.api import seg
+            from lantern.sdk.errors import InvalidResponse
+
+            step = node or _only(
+                run_id, [p["nodeId"] for p in _pending(api, 500) if p.get("runId") == run_id]
+            )
+            body: dict[str, Any] = {"decision": verb}
+            if comment is not None:
+                body["comment"] = comment
+            made = api.post(f"/v1/runs/{seg(run_id)}/approvals/{seg(step)}", body)
+            if not isinstance(made, dict) or "decision" not in made:
+                raise InvalidResponse(f"unexpected answer to a decision: {made!r}")
+            who = made.get("decidedByName") or made.get("decidedBy")
+            click.echo(f"{made['decision']} {run_id} at {step} (by {who})")
+
+        async def on_database() -> None:
             from lantern.engine.approvals import decide
 
             async with opened(s) as store:
@@ -111,13 +119,21 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
                 await decide(store, found, step, decision, who, comment)
             click.echo(f"{decision} {run_id} at {step} (by {who})")
 
-        run(body)
+        server_or_database(through_server, on_database)
 
     command.help = (
         f"{verb.capitalize()} RUN_ID parked at approval NODE (the one it waits on, when it waits"
         " on one). The run resumes on whichever replica claims it."
     )
     return command
+
+
+def _pending(api: Api, limit: int) -> list[dict[str, Any]]:
+    """The workspace's pending approvals as the API gives them, oldest first."""
+    from lantern.cli.api import parsed
+
+    data = api.get("/v1/approvals", {"status": "pending", "limit": limit})
+    return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
 
 def _only(run_id: str, nodes: list[str]) -> str:
@@ -140,21 +156,23 @@ def cancel(ctx: click.Context, run_id: str, database_url: str | None) -> None:
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        checked_run_id(run_id)
-        api = remote()
-        if api is not None:
-            async with api:
-                found: Any = await api.cancel(run_id)
-        else:
-            from lantern.engine.cancel import cancel_run
+    guarded(lambda: checked_run_id(run_id))
 
-            async with opened(s) as store:
-                found = await cancel_run(store, run_id, cli_worker_id(s), s.lease_ttl)
-        state = "cancelled" if found.status == "cancelled" else "cancel requested"
-        click.echo(f"{state}: {run_id} ({found.status})")
+    def through_server(api: Api) -> str:
+        from lantern.cli.api import parsed, seg
 
-    run(body)
+        return parsed(lambda d: str(d["status"]), api.post(f"/v1/runs/{seg(run_id)}/cancel"))
+
+    async def on_database() -> str:
+        from lantern.engine.cancel import cancel_run
+
+        async with opened(s) as store:
+            found = await cancel_run(store, run_id, cli_worker_id(s), s.lease_ttl)
+        return found.status
+
+    status = server_or_database(through_server, on_database)
+    state = "cancelled" if status == "cancelled" else "cancel requested"
+    click.echo(f"{state}: {run_id} ({status})")
 
 
 @click.command("retry", cls=OneLine)
@@ -169,27 +187,33 @@ def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: 
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
+    def checked() -> None:
         checked_run_id(run_id)
         if from_step is not None and not from_step.strip():
             raise UsageError("--from needs a step id")
-        api = remote()
-        if api is not None:
-            async with api:
-                made: Any = await api.retry(run_id, from_step=from_step)
-        else:
-            from lantern.engine.rerun import retry_run
-            from lantern.models import router
 
-            async with opened(s) as store:
-                found = await store.get_run(run_id)
-                if found is None:
-                    raise NotFound(f"run {run_id} not found")
-                routes = router.configured(s.models.routes, s.models.routes_file)
-                made = await retry_run(store, found, from_step, routes=routes)
-        click.echo(made.id)
+    guarded(checked)
 
-    run(body)
+    def through_server(api: Api) -> str:
+        from lantern.cli.api import parsed, seg
+
+        body = {} if from_step is None else {"fromStep": from_step}
+        made = api.post(f"/v1/runs/{seg(run_id)}/retry", body)
+        return parsed(lambda d: str(d["id"]), made)
+
+    async def on_database() -> str:
+        from lantern.engine.rerun import retry_run
+        from lantern.models import router
+
+        async with opened(s) as store:
+            found = await store.get_run(run_id)
+            if found is None:
+                raise NotFound(f"run {run_id} not found")
+            routes = router.configured(s.models.routes, s.models.routes_file)
+            made = await retry_run(store, found, from_step, routes=routes)
+        return made.id
+
+    click.echo(server_or_database(through_server, on_database))
 
 
 @click.command("signal", cls=OneLine)
@@ -212,18 +236,27 @@ def signal(
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
+    def checked() -> Any:
         checked_run_id(run_id)
         try:
-            value = json.loads(payload)
+            return json.loads(payload)
         except ValueError as exc:
             raise UsageError(f"--payload is not JSON: {exc}") from None
-        api = remote()
-        if api is not None:
-            async with api:
-                sent = await api.signal(run_id, name, value, idempotency_key)
-            click.echo(f"sent: {sent['id']} ({name} to {run_id})")
-            return
+
+    value = guarded(checked)
+
+    def through_server(api: Api) -> str:
+        import secrets
+
+        from lantern.cli.api import parsed, seg
+
+        # Always a key (a random one unless given), so a lost answer is retried as one signal.
+        key = {"Idempotency-Key": idempotency_key or secrets.token_hex(16)}
+        path = f"/v1/runs/{seg(run_id)}/signals/{seg(name)}"
+        answer = api.post(path, {"payload": value}, headers=key, safe=True)
+        return parsed(lambda d: str(d["id"]), answer)
+
+    async def on_database() -> str:
         from lantern.engine.signals import send
 
         async with opened(s) as store:
@@ -231,9 +264,9 @@ def signal(
             if found is None:
                 raise NotFound(f"run {run_id} not found")
             made = await send(store, found, name, value, idempotency_key)
-        click.echo(f"sent: {made.id} ({name} to {run_id})")
+        return made.id
 
-    run(body)
+    click.echo(f"sent: {server_or_database(through_server, on_database)} ({name} to {run_id})")
 
 
 @click.group()
@@ -251,38 +284,38 @@ def approvals_list(ctx: click.Context, limit: int, as_json: bool, database_url: 
     with_database(ctx, database_url)
     s = settings(ctx)
 
-    async def body() -> None:
-        api = remote()
-        if api is not None:
-            async with api:
-                found: list[Any] = await api.pending_approvals(limit=limit)
-        else:
-            async with opened(s) as store:
-                found = list(await store.pending_approvals(DEFAULT_WORKSPACE, limit))
-        if as_json:
-            for p in found:
-                item = {
-                    "runId": p.run_id,
-                    "nodeId": p.node_id,
-                    "agentName": p.agent_name,
-                    "prompt": p.prompt,
-                    "since": p.since.isoformat(),
-                }
-                click.echo(json.dumps(item))
-            return
-        if not found:
-            click.echo("no pending approvals")
-            return
-        from rich.table import Table
+    def through_server(api: Api) -> list[Any]:
+        from lantern.cli.api import parsed
+        from lantern.sdk.models import PendingApproval
 
-        table = Table("run", "node", "agent", "prompt", "since")
+        return parsed(lambda d: [PendingApproval.from_json(i) for i in d], _pending(api, limit))
+
+    async def on_database() -> list[Any]:
+        async with opened(s) as store:
+            return list(await store.pending_approvals(DEFAULT_WORKSPACE, limit))
+
+    found = server_or_database(through_server, on_database)
+    if as_json:
         for p in found:
-            table.add_row(
-                p.run_id, p.node_id, p.agent_name, p.prompt or "", p.since.isoformat(" ", "seconds")
-            )
-        console().print(table)
-
-    run(body)
+            item = {
+                "runId": p.run_id,
+                "nodeId": p.node_id,
+                "agentName": p.agent_name,
+                "prompt": p.prompt,
+                "since": p.since.isoformat(),
+            }
+            click.echo(json.dumps(item))
+        return
+    if not found:
+        click.echo("no pending approvals")
+        return
+    echo_columns(
+        ("run", "node", "agent", "prompt", "since"),
+        (
+            (p.run_id, p.node_id, p.agent_name, p.prompt or "", p.since.isoformat(" ", "seconds"))
+            for p in found
+        ),
+    )
 
 
 def install(runs: click.Group, cli: click.Group) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,8 +120,9 @@ def test_the_limits_command_sets_lists_and_deletes(module_server: Server, tmp_pa
     assert usage.returncode == 2 and usage.stderr.startswith("error: give --model"), usage
     listed = lantern(module_server, admin, "limits", "list")
     assert listed.returncode == 0, listed.stderr
-    rows = [line.split("│") for line in listed.stdout.splitlines() if "│" in line]
-    assert [[c.strip() for c in row[1:-1]] for row in rows] == [
+    header, *lines = listed.stdout.splitlines()  # columns two or more spaces apart
+    assert re.split(r"\s{2,}", header)[3:] == ["tokens/min used", "requests/min used"]
+    assert [re.split(r"\s{2,}", line) for line in lines] == [
         ["fleet", "server", "nobody/*", "0 (no limit)", "0 of 500"],
         ["offline-tpm", "workspace", "offline/*", "0 of 1000", "0 (no limit)"],
     ]

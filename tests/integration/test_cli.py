@@ -131,12 +131,8 @@ def cli(database_url: str, tmp_path: Path) -> Cli:
 
 
 def table_rows(output: str) -> list[list[str]]:
-    """The body rows of a rich table printed with box characters."""
-    return [
-        [cell.strip() for cell in line.strip("│").split("│")]
-        for line in output.splitlines()
-        if line.startswith("│")
-    ]
+    """The rows of a listing under its header line: columns two or more spaces apart."""
+    return [re.split(r"\s{2,}", line.strip()) for line in output.splitlines()[1:] if line.strip()]
 
 
 BAD_YAML = """\

@@ -1,0 +1,145 @@
+"""The command line's blocking client (``lantern.cli.api.Api``) against a real HTTP peer on
+127.0.0.1: what it sends, which answers it retries, and the SDK's errors it raises."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lantern.cli.api import Api
+from lantern.errors import UsageError
+from lantern.sdk.errors import ConnectionFailed, NotFoundError, ServerError, Unprocessable
+from lantern.sdk.retry import Backoff
+
+
+@dataclass
+class Peer:
+    """Answers each request with the next scripted (status, body, headers); records requests."""
+
+    url: str
+    answers: list[tuple[int, Any, dict[str, str]]] = field(default_factory=list)
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def script(self, status: int, body: Any = None, **headers: str) -> None:
+        self.answers.append((status, body, headers))
+
+
+@pytest.fixture
+def peer() -> Iterator[Peer]:
+    found = Peer("")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn answers
+
+        def answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            found.seen.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": json.loads(self.rfile.read(length)) if length else None,
+                    "port": self.client_address[1],
+                }
+            )
+            status, body, headers = found.answers.pop(0) if found.answers else (200, {}, {})
+            data = b"" if status == 204 else json.dumps(body).encode()
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name.replace("_", "-"), value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    found.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield found
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def quick(api: Api) -> Api:
+    api.backoff = Backoff(base=0.01, cap=0.02)
+    return api
+
+
+def test_requests_carry_the_key_and_json_and_share_one_connection(peer: Peer) -> None:
+    peer.script(200, {"items": []})
+    peer.script(200, {"decision": "approved"})
+    peer.script(204)
+    with Api(peer.url + "/base/", "lk_a_b") as api:
+        assert api.get("/v1/runs", {"status": "waiting", "agentName": None, "x": True}) == {
+            "items": []
+        }
+        assert api.post("/v1/runs/r%2F1/approvals/ok", {"decision": "approve"}) == {
+            "decision": "approved"
+        }
+        assert api.delete("/v1/secrets/s") is None
+    first, second, third = peer.seen
+    assert first["path"] == "/base/v1/runs?status=waiting&x=true"
+    assert first["headers"]["Authorization"] == "Bearer lk_a_b"
+    assert first["body"] is None and "Content-Type" not in first["headers"]
+    assert (second["method"], second["path"]) == ("POST", "/base/v1/runs/r%2F1/approvals/ok")
+    assert second["headers"]["Content-Type"] == "application/json"
+    assert second["body"] == {"decision": "approve"}
+    assert third["method"] == "DELETE"
+    assert first["port"] == second["port"] == third["port"]  # one kept-alive connection
+
+
+def test_a_safe_request_is_retried_on_503_and_429_as_retry_after_says(peer: Peer) -> None:
+    peer.script(503, {"title": "Service Unavailable"})
+    peer.script(429, {"title": "Too Many Requests"}, Retry_After="0")
+    peer.script(200, {"id": "run_1"})
+    with quick(Api(peer.url, "k")) as api:
+        assert api.get("/v1/runs/run_1") == {"id": "run_1"}
+    assert len(peer.seen) == 3
+
+
+def test_an_unsafe_request_is_not_retried_on_a_5xx_and_raises_the_sdk_error(peer: Peer) -> None:
+    peer.script(503, {"title": "Service Unavailable", "detail": "draining"})
+    with quick(Api(peer.url, "k")) as api, pytest.raises(ServerError, match="draining"):
+        api.post("/v1/runs/run_1/cancel")
+    assert len(peer.seen) == 1
+
+
+def test_error_answers_map_to_the_sdk_tree(peer: Peer) -> None:
+    peer.script(404, {"title": "Not Found", "detail": "run run_x not found"})
+    peer.script(422, {"title": "Unprocessable", "errors": ["node 'a': unknown type"]})
+    with Api(peer.url, "k") as api:
+        with pytest.raises(NotFoundError, match="run run_x not found"):
+            api.get("/v1/runs/run_x")
+        with pytest.raises(Unprocessable) as refused:
+            api.put("/v1/agents/a", {"name": "a"})
+    assert refused.value.errors == ["node 'a': unknown type"]
+
+
+def test_a_server_that_is_not_there_is_connection_failed_after_every_retry() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with quick(Api(f"http://127.0.0.1:{port}", "k", max_retries=2)) as api:
+        with pytest.raises(ConnectionFailed, match=r"ConnectionRefusedError.*after 3 attempts"):
+            api.post("/v1/runs/run_1/cancel")  # never sent, so even a cancel is retried
+
+
+@pytest.mark.parametrize("url", ["ftp://host", "127.0.0.1:8787", "http://host:port"])
+def test_a_bad_url_is_a_usage_error(url: str) -> None:
+    with pytest.raises(UsageError, match="URL"):
+        Api(url, "k")
