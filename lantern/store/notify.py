@@ -88,7 +88,10 @@ class Subscription:
             if left is not None and left <= 0:
                 break
             try:
-                await asyncio.wait_for(self._woken.wait(), left)
+                # A timeout scope, not wait_for: no task made per wait (every GET ?wait,
+                # POST ?wait and stream follower waits here, usually several times a run).
+                async with asyncio.timeout(left):
+                    await self._woken.wait()
             except TimeoutError:
                 break
         self._poked = False
