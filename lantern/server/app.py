@@ -58,10 +58,13 @@ def _telemetry() -> dict[str, Any]:
     installs: a span per HTTP request, kept (docs/observability.md); not its spans around
     dependency resolution, the endpoint and serialization inside each request (five more per
     request, a tenth of a short run's server time) nor its metrics (Lantern's are
-    Prometheus's)."""
+    Prometheus's) nor its OpenTelemetry log records of failed requests: Lantern installs no
+    OpenTelemetry logger provider (its logs are lines, docs/observability.md, and a request
+    that fails unexpectedly is logged there), and asking for one cost each request a look
+    through the environment."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
-    return {"telemetry": {"operation_spans": False, "metrics": False}}
+    return {"telemetry": {"operation_spans": False, "metrics": False, "logs": False}}
 
 
 def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIApp:
