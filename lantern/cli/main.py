@@ -228,6 +228,19 @@ def run_agent(
                         finished = await own_start.settled(store, created.id)  # a server has it
                     else:
                         finished = await w.runner.drive(created.id, lease)
+                    # A rate limit's wait parks the run, and no dispatcher here claims it when
+                    # due: wait for it in this process and take it again as a claim would.
+                    while finished is not None and finished.status == "waiting":
+                        due = await own_start.throttled_until(store, created.id)
+                        if due is None:
+                            break  # parked at a decision, a signal, a child, a timer
+                        lease = await own_start.due(
+                            store, created.id, w.worker_id, s.lease_ttl, due
+                        )
+                        if lease is None:
+                            finished = await own_start.settled(store, created.id)
+                        else:
+                            finished = await w.runner.drive(created.id, lease)
             finally:
                 await models.aclose()
             if finished is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from lantern.store import Store, open_store
 from lantern.store.model_limits import SERVER, Slot
 from lantern.store.records import Run
 from tests.fake_llm import FakeProvider, Script
+from tests.integration.test_cli_usage import in_process
 
 MODEL = "gpt-4o-mini"
 KINDS = ("graph", "plain", "code")
@@ -249,3 +251,56 @@ async def test_the_example_holds_offline_calls_to_three_a_minute(store: Store) -
     assert done.status == "succeeded", done
     throttled = [e.data for e in await store.events(run.id) if e.kind == "step_throttled"]
     assert throttled and throttled[0]["limit"] == "offline-rpm"
+
+
+def test_lantern_run_wait_with_no_server_waits_out_a_throttled_step(
+    database_url: str, fake: FakeProvider
+) -> None:
+    """`lantern run --wait` executes the run in its own process, where no dispatcher claims a
+    parked run when due: the CLI waits for a rate limit's due time and goes on, so it prints
+    the run succeeded. (The park itself is the drives', tested above for every kind; this is
+    the CLI's loop around it, the same for every kind.)"""
+
+    async def prepare() -> None:
+        store = open_store(database_url)
+        await store.open()
+        try:
+            await store.put_limit("default", "tpm", "openai/*", 100, None)
+            await fill(store, "tpm", 95, leaves_in_s=1.5)
+        finally:
+            await store.close()
+
+    async def keep_cli_full() -> None:  # until the run the CLI made is throttled
+        store = open_store(database_url)
+        await store.open()
+        try:
+            async with asyncio.timeout(30):
+                while not (found := await store.list_runs("default", agent_name="code")):
+                    await fill(store, "tpm", 95, leaves_in_s=1.5)
+                    await asyncio.sleep(0.1)
+                await keep_full(store, "tpm", found[0].id)
+        finally:
+            await store.close()
+
+    asyncio.run(prepare())
+    filler = threading.Thread(target=lambda: asyncio.run(keep_cli_full()), daemon=True)
+    filler.start()
+    env = {**fake.env(), "LANTERN_DATABASE_URL": database_url}
+    app = "tests.integration.rate_limit_app:app"
+    done = in_process("run", "code", "--input", '{"who": "Ada"}', "--wait", "--app", app, env=env)
+    filler.join(10)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    printed = json.loads(done.stdout)
+    assert printed["status"] == "succeeded", printed
+
+    async def kinds() -> list[str]:
+        store = open_store(database_url)
+        await store.open()
+        try:
+            return [k for k, _, _ in await journal(store, printed["id"])]
+        finally:
+            await store.close()
+
+    found = asyncio.run(kinds())
+    assert "step_throttled" in found and "run_resumed" in found  # parked, then taken again
+    assert len(fake.calls()) == 1
