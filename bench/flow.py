@@ -14,7 +14,9 @@ size, and a "0" backlog is exactly the runs one claim takes) and the runs the ro
 claimed are finished (straight in the database, untimed: the claim, not the drive, is measured).
 The figure is µs per claimed run, the median over rounds, with the lowest and highest round,
 and this process's CPU µs per claimed run (the whole claim for SQLite, which runs in process;
-the client's share for PostgreSQL), which a loaded machine moves less than wall time.
+the client's share for PostgreSQL), which a loaded machine moves less than wall time. For a
+PostgreSQL server on this machine, the server's share too: the CPU time of the benchmark's
+own backends (found by their application_name) read from /proc/PID/schedstat.
 
     .venv/bin/python bench/flow.py [--rounds 15] [--batch 100] [--sizes 0,10000,100000]
         [--backends sqlite,postgres]
@@ -71,9 +73,32 @@ def finish(url: str, run_ids: list[str]) -> None:
         pg.execute("UPDATE run_locks SET expires_at = 'epoch' WHERE run_id = ANY(%s)", (run_ids,))
 
 
+def backends_cpu(url: str, name: str) -> dict[int, int]:
+    """CPU ns so far of each server backend whose application_name is ``name`` ({} when the
+    server's processes are not readable here)."""
+    if url.startswith("sqlite"):
+        return {}
+    with psycopg.connect(url, autocommit=True) as pg:
+        pids = [
+            r[0]
+            for r in pg.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+            )
+        ]
+    found: dict[int, int] = {}
+    for pid in pids:
+        try:
+            found[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
 async def measure(
     url: str, size: int, flow: bool, rounds: int, batch: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
+    name = f"bench-flow-{secrets.token_hex(4)}"
+    os.environ["PGAPPNAME"] = name  # the store's connections, for their CPU time
     store: Store = open_store(url)
     await store.open()
     try:
@@ -83,20 +108,26 @@ async def measure(
             fill(url, "bulk", "bench", size, keys=keys, prefix="backlog")
         per_run: list[float] = []
         cpu_per_run: list[float] = []
+        server_per_run: list[float] = []
         claimed: list[str] = []
         for r in range(rounds):
             if claimed:
                 finish(url, claimed)
             # The round's own runs at the back of the queue, keys after the backlog's.
             fill(url, "bulk", "bench", batch, keys=keys, prefix=f"r{r:04d}")
+            server = backends_cpu(url, name)
             started, cpu = time.perf_counter(), time.process_time()
             leases = await store.claim_runs("bench", 60, batch, ("queued",))
             took, cpu = time.perf_counter() - started, time.process_time() - cpu
+            after = backends_cpu(url, name)
             claimed = [lease.run_id for lease in leases]
             if claimed:
                 per_run.append(took / len(claimed) * 1e6)
                 cpu_per_run.append(cpu / len(claimed) * 1e6)
-        return per_run, cpu_per_run
+                if server:
+                    spent = sum(after[p] - server[p] for p in after if p in server)
+                    server_per_run.append(spent / 1e3 / len(claimed))
+        return per_run, cpu_per_run, server_per_run
     finally:
         await store.close()
 
@@ -117,7 +148,7 @@ def main() -> None:
     print(f"claim of {args.batch} runs, {args.rounds} rounds; {KEYS} keys, limit 1 (flow)")
     print(
         f"{'backend':10} {'queued':>8} {'kind':5} {'µs/run p50':>11} {'min':>8} {'max':>8}"
-        f" {'CPU µs/run':>11}"
+        f" {'CPU µs/run':>11} {'server CPU':>11}"
     )
     for backend in args.backends.split(","):
         schemas: list[str] = []
@@ -139,14 +170,15 @@ def main() -> None:
                             with psycopg.connect(pg_base, autocommit=True) as pg:
                                 pg.execute(f"CREATE SCHEMA {schema}")
                             url = pg_schema_url(pg_base, schema)
-                        per_run, cpu = asyncio.run(
+                        per_run, cpu, server = asyncio.run(
                             measure(url, size, flow, args.rounds, args.batch)
                         )
                     kind = "flow" if flow else "free"
                     print(
                         f"{backend:10} {size:>8,} {kind:5} {statistics.median(per_run):>11.1f}"
                         f" {min(per_run):>8.1f} {max(per_run):>8.1f}"
-                        f" {statistics.median(cpu):>11.1f}",
+                        f" {statistics.median(cpu):>11.1f}"
+                        f" {statistics.median(server) if server else float('nan'):>11.1f}",
                         flush=True,
                     )
         finally:
