@@ -58,6 +58,15 @@ class Slots:
             self.groups[group] += n
             self.agents[group[:2]] += n
 
+    def free(self, group: Group, flow_limit: int | None, flow_max: int | None) -> int:
+        """How many more runs of ``group`` may start now (a large number when unbounded)."""
+        left = 1_000_000
+        if flow_limit is not None:
+            left = min(left, flow_limit - self.groups[group])
+        if flow_max is not None:
+            left = min(left, flow_max - self.agents[group[:2]])
+        return left
+
     def take(self, c: Candidate) -> bool:
         if c.flow_key is None:
             return True
@@ -69,6 +78,58 @@ class Slots:
         self.groups[c.group] += 1
         self.agents[agent] += 1
         return True
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A shown run of a flow group in a workspace's walk (runs_flow_heads, in start order)."""
+
+    id: str
+    group: Group
+    leased: bool  # claimed already, by a claim that did not pass it or by a cancel
+    flow_limit: int | None
+    flow_max: int | None
+
+
+class Walk:
+    """One workspace's walk through its shown flow runs, in start order, until ``want`` groups
+    with a free slot are found. A group is seen through its first shown run not leased yet (a
+    run a claim took stays shown until it opens, and is stepped over); the walk passes (hides)
+    a group's later shown runs. A run is passed once, so a claim reads about as many runs as it
+    takes, plus one per group at its limit: not one per key with queued runs."""
+
+    def __init__(self, slots: Slots, want: int) -> None:
+        self.slots = slots
+        self.want = want
+        self.open: list[tuple[Group, int]] = []  # groups with free slots, and how many
+        self.hide: list[str] = []
+        self._seen: set[Group] = set()
+
+    @property
+    def done(self) -> bool:
+        return len(self.open) >= self.want
+
+    def feed(self, entries: Iterable[Entry]) -> None:
+        for e in entries:
+            if self.done:
+                return
+            if e.leased:
+                continue
+            if e.group in self._seen:
+                self.hide.append(e.id)
+                continue
+            self._seen.add(e.group)
+            free = self.slots.free(e.group, e.flow_limit, e.flow_max)
+            if free > 0:
+                self.open.append((e.group, min(free, self.want)))
+
+
+def marks(walks: Iterable[Walk], chosen: Iterable[Candidate]) -> tuple[list[str], list[Group]]:
+    """After a claim chose: the runs its walks passed, to hide, and the groups it took a queued
+    run from, whose next queued run to show (the taken one is stepped over until it opens)."""
+    hide = [i for w in walks for i in w.hide]
+    show = {c.group: None for c in chosen if c.flow_key is not None and not c.woken}
+    return hide, list(show)
 
 
 def pick(

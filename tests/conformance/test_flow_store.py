@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import lantern
+from lantern.engine.cancel import cancel_run
 from lantern.engine.runs import apply_agent, create_run
 from lantern.errors import DefinitionError, UsageError
 from lantern.ids import new_run_id
@@ -177,3 +178,17 @@ async def test_a_run_started_on_its_own_is_decided_as_the_claim_would(store: Sto
     free = await create_run(store, "free", {})
     assert await store.claim_run(free.id, "cli", 60) is not None
     assert await store.claim_run(free.id, "cli", 60) is None
+
+
+async def test_a_cancelled_run_at_the_head_of_a_full_key_leaves_the_next_to_start(
+    store: Store,
+) -> None:
+    """A claim passes the later runs of a key at its limit (it reads one run per such key);
+    the head's cancel shows the next, so the key's queue goes on once its slot frees."""
+    await agent(store, "per-customer", concurrency=KEY)
+    acme = [(await create_run(store, "per-customer", {"customer": "acme"})).id for _ in "123"]
+    assert await claim(store) == [acme[0]]
+    assert await claim(store) == []  # acme[1] and acme[2] walked past, acme[2] passed
+    await cancel_run(store, acme[1], "api", 60)
+    await end(store, acme[0], "succeeded")
+    assert await claim(store) == [acme[2]]

@@ -68,3 +68,26 @@ def test_a_due_parked_run_resumes_before_queued_runs_of_its_key() -> None:
     assert ids(pick(queued, woken, [], {}, 10)) == ["parked"]
     held = [(("w", "agent", "acme"), 1)]
     assert pick(queued, woken, held, {}, 10) == []
+
+
+def test_a_walk_sees_each_group_once_and_stops_at_enough_open_groups() -> None:
+    """claims.Walk: a group is seen through its first shown run not leased; its later shown
+    runs are passed; the walk stops once it has as many open groups as the claim may take."""
+    from lantern.store.claims import Entry, Slots, Walk, marks
+
+    full, a, b, c = (("w", "agent", k) for k in ("full", "a", "b", "c"))
+    walk = Walk(Slots([(full, 1)]), 2)
+    walk.feed(
+        [
+            Entry("f1", full, False, 1, None),  # at its limit: seen, not open
+            Entry("f2", full, False, 1, None),  # a later run of a seen group: passed
+            Entry("a1", a, True, 2, None),  # taken by a claim, not opened yet: stepped over
+            Entry("a2", a, False, 2, None),
+            Entry("b1", b, False, 1, None),
+            Entry("c1", c, False, 1, None),  # never read: two groups were enough
+        ]
+    )
+    assert walk.done and walk.open == [(a, 2), (b, 1)]
+    assert walk.hide == ["f2"]
+    taken = Candidate("b1", "w", "agent", 5, 0, "b", 1, None)
+    assert marks([walk], [taken]) == (["f2"], [b])

@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.rows import TupleRow
 
-from lantern.store.claims import Candidate, Group, admits, pick
+from lantern.store.claims import Candidate, Entry, Group, Slots, Walk, admits, marks, pick
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 
@@ -55,26 +55,28 @@ WITH RECURSIVE spaces AS (
             WHERE r.status = 'queued' AND r.flow_key IS NULL AND r.workspace > s.workspace
             ORDER BY r.workspace, r.priority DESC, r.created_at LIMIT 1)
     FROM spaces s WHERE s.workspace IS NOT NULL
-), groups AS (
-    (SELECT workspace, agent_name, flow_key, flow_limit FROM runs
-     WHERE status = 'queued' AND flow_key IS NOT NULL
-     ORDER BY workspace, agent_name, flow_key LIMIT 1)
+), fspaces AS (
+    -- The workspaces with shown flow runs (runs_flow_heads), one index probe each.
+    (SELECT workspace FROM runs
+     WHERE status = 'queued' AND flow_key IS NOT NULL AND flow_passed IS NULL
+     ORDER BY workspace, priority DESC, created_at LIMIT 1)
     UNION ALL
-    SELECT n.* FROM groups g CROSS JOIN LATERAL (
-        SELECT r.workspace, r.agent_name, r.flow_key, r.flow_limit FROM runs r
-        WHERE r.status = 'queued' AND r.flow_key IS NOT NULL
-          AND (r.workspace, r.agent_name, r.flow_key) > (g.workspace, g.agent_name, g.flow_key)
-        ORDER BY r.workspace, r.agent_name, r.flow_key LIMIT 1) n
+    SELECT (SELECT r.workspace FROM runs r
+            WHERE r.status = 'queued' AND r.flow_key IS NOT NULL AND r.flow_passed IS NULL
+              AND r.workspace > s.workspace
+            ORDER BY r.workspace, r.priority DESC, r.created_at LIMIT 1)
+    FROM fspaces s WHERE s.workspace IS NOT NULL
 ), held AS (
     SELECT workspace, agent_name, flow_key, count(*)::int AS n FROM run_locks
     WHERE flow_key IS NOT NULL AND expires_at > 'epoch'
     GROUP BY workspace, agent_name, flow_key
 )
-SELECT 'held', NULL, workspace, agent_name, flow_key, n, NULL::timestamptz, NULL::int, NULL::int
+SELECT 'held', NULL, workspace, agent_name, flow_key, n, NULL::timestamptz, NULL::int, NULL::int,
+       NULL::bool
 FROM held
 UNION ALL
 SELECT 'queued', r.id, r.workspace, r.agent_name, r.flow_key, r.priority, r.created_at,
-       r.flow_limit, r.flow_max
+       r.flow_limit, r.flow_max, NULL
 FROM spaces s CROSS JOIN LATERAL (
     SELECT * FROM runs r
     WHERE r.workspace = s.workspace AND r.status = 'queued' AND r.flow_key IS NULL
@@ -82,28 +84,25 @@ FROM spaces s CROSS JOIN LATERAL (
     ORDER BY r.priority DESC, r.created_at LIMIT %(limit)s) r
 WHERE s.workspace IS NOT NULL
 UNION ALL
-SELECT 'queued', r.id, r.workspace, r.agent_name, r.flow_key, r.priority, r.created_at,
-       r.flow_limit, r.flow_max
-FROM groups g LEFT JOIN held h
-  ON h.workspace = g.workspace AND h.agent_name = g.agent_name AND h.flow_key = g.flow_key
-CROSS JOIN LATERAL (
-    SELECT * FROM runs r
-    WHERE r.workspace = g.workspace AND r.agent_name = g.agent_name AND r.flow_key = g.flow_key
-      AND r.status = 'queued' AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
-    ORDER BY r.priority DESC, r.created_at
-    LIMIT least(%(limit)s, greatest(0, COALESCE(g.flow_limit - h.n, g.flow_limit, %(limit)s)))
-) r
+SELECT 'entry', e.id, e.workspace, e.agent_name, e.flow_key, e.priority, e.created_at,
+       e.flow_limit, e.flow_max, e.leased
+FROM fspaces s CROSS JOIN LATERAL (
+    SELECT r.*, EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id) AS leased FROM runs r
+    WHERE r.workspace = s.workspace AND r.status = 'queued' AND r.flow_key IS NOT NULL
+      AND r.flow_passed IS NULL
+    ORDER BY r.priority DESC, r.created_at, r.id LIMIT %(batch)s) e
+WHERE s.workspace IS NOT NULL
 UNION ALL
 SELECT 'woken', w.id, w.workspace, w.agent_name, w.flow_key, w.priority, w.created_at,
-       w.flow_limit, w.flow_max
+       w.flow_limit, w.flow_max, NULL
 FROM (SELECT * FROM runs r
       WHERE r.status = 'waiting' AND r.wake_at <= now()
         AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id AND l.expires_at > now())
       ORDER BY r.wake_at LIMIT %(limit)s) w
 UNION ALL
-SELECT 'served', NULL, c.workspace, NULL, NULL, NULL, c.claimed_at, NULL, NULL
+SELECT 'served', NULL, c.workspace, NULL, NULL, NULL, c.claimed_at, NULL, NULL, NULL
 FROM workspace_claims c
-WHERE c.workspace IN (SELECT workspace FROM spaces UNION SELECT workspace FROM groups)
+WHERE c.workspace IN (SELECT workspace FROM spaces UNION SELECT workspace FROM fspaces)
 """
 
 # Lease the runs the claim chose (still queued or parked: a cancel may have come between),
@@ -130,9 +129,61 @@ WITH chosen AS (
     SELECT DISTINCT c.workspace, now() FROM chosen c JOIN taken t ON t.run_id = c.id
     WHERE c.status = 'queued'
     ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at
+-- marking
 )
 SELECT run_id, epoch FROM taken
 """
+# The same, also hiding and showing flow runs (claims.marks): a claim of runs without flow
+# control keeps the shorter statement.
+_TAKE_MARKING = _TAKE.replace(
+    "-- marking\n",
+    """), heads AS (
+    -- The next queued run of each group a run was taken from, shown (claims.marks); a run a
+    -- commit holds is passed over (SKIP LOCKED: that commit may wait for this claim's lock).
+    SELECT h.id, h.flow_passed FROM unnest(%(gw)s::text[], %(ga)s::text[], %(gk)s::text[])
+        AS g(w, a, k)
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.flow_passed FROM runs r
+        WHERE r.workspace = g.w AND r.agent_name = g.a AND r.flow_key = g.k
+          AND r.status = 'queued' AND r.id <> ALL(%(ids)s)
+          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+        ORDER BY r.priority DESC, r.created_at LIMIT 1
+        FOR NO KEY UPDATE OF r SKIP LOCKED) h
+), passed AS (
+    SELECT id FROM runs
+    WHERE id = ANY(%(hide)s) AND flow_passed IS NULL AND id NOT IN (SELECT id FROM heads)
+    FOR NO KEY UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE runs r SET flow_passed = CASE WHEN r.id = ANY(ARRAY(SELECT id FROM passed)) THEN true END
+    -- ANY(ARRAY(...)): a probe of the primary key per run, never a scan of the runs
+    WHERE r.id = ANY(ARRAY(SELECT id FROM heads WHERE flow_passed UNION ALL SELECT id FROM passed))
+""",
+)
+
+# A workspace's shown flow runs past the first batch (claims.Walk), in the same order.
+_MORE = """
+SELECT r.id, r.workspace, r.agent_name, r.flow_key, r.flow_limit, r.flow_max,
+       EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id), r.priority, r.created_at
+FROM runs r
+WHERE r.workspace = %(ws)s AND r.status = 'queued' AND r.flow_key IS NOT NULL
+  AND r.flow_passed IS NULL
+  AND (r.priority < %(priority)s
+       OR (r.priority = %(priority)s AND (r.created_at, r.id) > (%(at)s, %(id)s)))
+ORDER BY r.priority DESC, r.created_at, r.id LIMIT %(batch)s
+"""
+
+# The head of each open group's queue, as deep as its free slots (claims.Walk.open).
+_HEADS = """
+SELECT r.id, r.workspace, r.agent_name, r.priority, r.created_at, r.flow_key, r.flow_limit,
+       r.flow_max
+FROM unnest(%(gw)s::text[], %(ga)s::text[], %(gk)s::text[], %(n)s::int[]) AS g(w, a, k, n)
+CROSS JOIN LATERAL (
+    SELECT * FROM runs r
+    WHERE r.workspace = g.w AND r.agent_name = g.a AND r.flow_key = g.k
+      AND r.status = 'queued' AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+    ORDER BY r.priority DESC, r.created_at LIMIT g.n) r
+"""
+BATCH = 64  # shown runs read per workspace beyond the claim's limit, before reading more
 
 # One run's start on its own (Store.claim_run): the run, then the slots its flow group and
 # its agent hold (its own lease left out: a run taken over keeps its slot) and how many runs
@@ -163,24 +214,45 @@ SELECT
 # group's slots free and both fill them. A claim is one short transaction; the lock is never
 # held across a drive or a network call.
 _CLAIM_LOCK = 0x4C414E43  # "LANC"
+# With it, JIT off for the claim's transaction: the planner's estimate for the walk (every
+# shown run of every workspace) passes the JIT threshold, and compiling cost a claim more
+# than all its reads (~250 ms on a loaded box with 10,000 queued runs).
+_LOCK = b"SELECT pg_advisory_xact_lock(%s), set_config('jit', 'off', true)"
 
 
-def _choose(rows: list[TupleRow], limit: int) -> list[str]:
-    queued: list[Candidate] = []
-    woken: list[Candidate] = []
-    held: list[tuple[Group, int]] = []
-    served: dict[str, Any] = {}
-    for kind, run_id, workspace, agent, key, number, at, flow_limit, flow_max in rows:
-        if kind == "held":
-            held.append(((workspace, agent, key), number))
-        elif kind == "served":
-            served[workspace] = at
-        else:
-            c = Candidate(
-                run_id, workspace, agent, number, at, key, flow_limit, flow_max, kind == "woken"
-            )
-            (woken if c.woken else queued).append(c)
-    return [c.id for c in pick(queued, woken, held, served, limit)]
+class _Read:
+    """The candidates statement's rows, by kind (claims.pick's arguments, and the shown flow
+    runs of each workspace for its Walk, with the sort key of the last one read)."""
+
+    def __init__(self, rows: list[TupleRow]) -> None:
+        self.queued: list[Candidate] = []
+        self.woken: list[Candidate] = []
+        self.held: list[tuple[Group, int]] = []
+        self.served: dict[str, Any] = {}
+        self.entries: dict[str, list[Entry]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+        for kind, run_id, workspace, agent, key, number, at, flow_limit, flow_max, leased in rows:
+            if kind == "held":
+                self.held.append(((workspace, agent, key), number))
+            elif kind == "served":
+                self.served[workspace] = at
+            elif kind == "entry":
+                entry = Entry(run_id, (workspace, agent, key), leased, flow_limit, flow_max)
+                self.entries.setdefault(workspace, []).append(entry)
+                self.last[workspace] = {"id": run_id, "priority": number, "at": at}
+            else:
+                c = Candidate(
+                    run_id, workspace, agent, number, at, key, flow_limit, flow_max, kind == "woken"
+                )
+                (self.woken if c.woken else self.queued).append(c)
+
+
+def _groups(groups: Sequence[Group]) -> dict[str, list[str]]:
+    return {
+        "gw": [g[0] for g in groups],
+        "ga": [g[1] for g in groups],
+        "gk": [g[2] for g in groups],
+    }
 
 
 def _literal_statuses(statuses: tuple[RunStatus, ...]) -> str:
@@ -223,7 +295,7 @@ class Leases(PostgresConnection):
     ) -> list[Orphan]:
         args = {"worker": worker_id, "ttl": ttl, "limit": limit}
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(b"SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            await conn.execute(_LOCK, (_CLAIM_LOCK,))
             cur = await conn.execute(
                 _EXPIRED.format(statuses=_literal_statuses(statuses)).encode(), args
             )
@@ -233,20 +305,47 @@ class Leases(PostgresConnection):
             ]
             if "queued" not in statuses or len(found) >= limit:
                 return found
-            args["limit"] = limit - len(found)
+            want = args["limit"] = limit - len(found)
+            batch = args["batch"] = want + BATCH
             cur = await conn.execute(_CANDIDATES.encode(), args)
-            chosen = _choose(await cur.fetchall(), limit - len(found))
-            if not chosen:
+            read = _Read(await cur.fetchall())
+            walks: list[Walk] = []
+            for workspace, entries in read.entries.items():
+                walk = Walk(Slots(read.held), want)
+                walks.append(walk)
+                walk.feed(entries)
+                while not walk.done and len(entries) == batch:  # read on
+                    more = {"ws": workspace, "batch": batch, **read.last[workspace]}
+                    cur = await conn.execute(_MORE.encode(), more)
+                    rows = await cur.fetchall()
+                    entries = [Entry(r[0], (r[1], r[2], r[3]), r[6], r[4], r[5]) for r in rows]
+                    if rows:
+                        read.last[workspace] = {
+                            "id": rows[-1][0],
+                            "priority": rows[-1][7],
+                            "at": rows[-1][8],
+                        }
+                    walk.feed(entries)
+            opened = [group_n for w in walks for group_n in w.open]
+            if opened:
+                heads = {**_groups([g for g, _ in opened]), "n": [n for _, n in opened]}
+                cur = await conn.execute(_HEADS.encode(), heads)
+                read.queued += [Candidate(*r) for r in await cur.fetchall()]
+            chosen = pick(read.queued, read.woken, read.held, read.served, want)
+            hide, show = marks(walks, chosen)
+            if not chosen and not hide and not show:
                 return found
-            cur = await conn.execute(_TAKE.encode(), {**args, "ids": chosen})
+            ids = [c.id for c in chosen]
+            marked = {**args, "ids": ids, "hide": hide, **_groups(show)}
+            cur = await conn.execute((_TAKE_MARKING if hide or show else _TAKE).encode(), marked)
             epochs = dict(await cur.fetchall())
         return found + [
-            Orphan(i, Lease(i, worker_id, epochs[i]), None, None) for i in chosen if i in epochs
+            Orphan(i, Lease(i, worker_id, epochs[i]), None, None) for i in ids if i in epochs
         ]
 
     async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(b"SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            await conn.execute(_LOCK, (_CLAIM_LOCK,))
             cur = await conn.execute(_ONE.encode(), {"run": run_id})
             row = await cur.fetchone()
             if row is None or row[-1] not in ("queued", "waiting"):
@@ -270,9 +369,10 @@ class Leases(PostgresConnection):
                 group_held, agent_held, ahead = counts
                 if not admits(run, ahead, group_held, agent_held):
                     return None
-            cur = await conn.execute(
-                _TAKE.encode(), {"ids": [run_id], "worker": worker_id, "ttl": ttl}
-            )
+            hide, show = marks([], [run])
+            args = {"ids": [run_id], "worker": worker_id, "ttl": ttl, "hide": hide}
+            take = _TAKE_MARKING if hide or show else _TAKE
+            cur = await conn.execute(take.encode(), {**args, **_groups(show)})
             taken = await cur.fetchone()
         return None if taken is None else Lease(run_id, worker_id, taken[1])
 

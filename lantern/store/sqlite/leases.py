@@ -9,7 +9,16 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from lantern.store.claims import Candidate, Group, admits, pick
+from lantern.store.claims import (
+    Candidate,
+    Entry,
+    Group,
+    Slots,
+    Walk,
+    admits,
+    marks,
+    pick,
+)
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _time
@@ -22,9 +31,32 @@ _COLUMNS = "id, workspace, agent_name, priority, created_at, flow_key, flow_limi
 _UNLEASED = "NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
 
 
+# The workspaces with shown flow runs, and one workspace's shown flow runs in start order
+# (runs_flow_heads; migration 0029, lantern/store/claims.py Walk).
+_SHOWN = (
+    "SELECT workspace FROM runs INDEXED BY runs_flow_heads WHERE status = 'queued'"
+    " AND flow_key IS NOT NULL AND flow_passed IS NULL AND workspace > ?"
+    " ORDER BY workspace LIMIT 1"
+)
+_WALK = (
+    "SELECT r.id, r.workspace, r.agent_name, r.flow_key, r.flow_limit, r.flow_max,"
+    " EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)"
+    " FROM runs r INDEXED BY runs_flow_heads WHERE r.workspace = ? AND r.status = 'queued'"
+    " AND r.flow_key IS NOT NULL AND r.flow_passed IS NULL"
+    " ORDER BY r.priority DESC, r.created_at"
+)
+# Show a group's next queued run not leased.
+_SHOW = (
+    "UPDATE runs SET flow_passed = NULL WHERE id = (SELECT r.id FROM runs r"
+    " WHERE r.workspace = ? AND r.agent_name = ? AND r.flow_key = ? AND r.status = 'queued'"
+    f" AND {_UNLEASED} ORDER BY r.priority DESC, r.created_at LIMIT 1)"
+    " AND flow_passed IS NOT NULL"
+)
+
+
 def _candidates(
     conn: sqlite3.Connection, now: float, limit: int
-) -> tuple[list[Candidate], list[Candidate], list[tuple[Group, int]], dict[str, float]]:
+) -> tuple[list[Candidate], list[Candidate], list[tuple[Group, int]], dict[str, float], list[Walk]]:
     """The claim's candidates, as Postgres reads them in one statement (postgres/leases.py):
     here one indexed probe at a time, each a few microseconds in process."""
     held = [
@@ -35,7 +67,6 @@ def _candidates(
             " GROUP BY workspace, agent_name, flow_key"
         )
     ]
-    slots = dict(held)
     queued: list[Candidate] = []
     workspace = _value(
         conn.execute(
@@ -60,35 +91,27 @@ def _candidates(
                 (workspace,),
             ).fetchall()
         )
-    group = _one(
-        conn.execute(
-            "SELECT workspace, agent_name, flow_key, flow_limit FROM runs"
-            " WHERE status = 'queued' AND flow_key IS NOT NULL"
-            " ORDER BY workspace, agent_name, flow_key LIMIT 1"
-        ).fetchall()
-    )
-    while group is not None:
-        w, a, k, flow_limit = group
-        free = limit if flow_limit is None else min(limit, flow_limit - slots.get((w, a, k), 0))
-        if free > 0:
+    walks: list[Walk] = []
+    workspace = _value(conn.execute(_SHOWN, ("",)).fetchall())
+    while workspace is not None:
+        walk = Walk(Slots(held), limit)
+        walks.append(walk)
+        rows = conn.execute(_WALK, (workspace,))
+        walk.feed(
+            Entry(i, (w, a, k), bool(leased), lim, most) for i, w, a, k, lim, most, leased in rows
+        )
+        rows.close()
+        for (w, a, k), n in walk.open:
             queued += [
                 Candidate(*r)
                 for r in conn.execute(
                     f"SELECT {_COLUMNS} FROM runs r WHERE workspace = ? AND agent_name = ?"
                     " AND flow_key = ? AND status = 'queued'"
                     f" AND {_UNLEASED} ORDER BY priority DESC, created_at LIMIT ?",
-                    (w, a, k, free),
+                    (w, a, k, n),
                 )
             ]
-        group = _one(
-            conn.execute(
-                "SELECT workspace, agent_name, flow_key, flow_limit FROM runs"
-                " WHERE status = 'queued' AND flow_key IS NOT NULL"
-                " AND (workspace, agent_name, flow_key) > (?, ?, ?)"
-                " ORDER BY workspace, agent_name, flow_key LIMIT 1",
-                (w, a, k),
-            ).fetchall()
-        )
+        workspace = _value(conn.execute(_SHOWN, (workspace,)).fetchall())
     woken = [
         replace(Candidate(*r), woken=True)
         for r in conn.execute(
@@ -106,7 +129,17 @@ def _candidates(
             spaces,
         ).fetchall()
     )
-    return queued, woken, held, served
+    return queued, woken, held, served, walks
+
+
+def _mark(conn: sqlite3.Connection, walks: list[Walk], chosen: list[Candidate]) -> None:
+    """Hide what the claim's walks passed; show the next queued run of each group it took a
+    run from (read after the leases, so not the taken one)."""
+    hide, show = marks(walks, chosen)
+    conn.executemany(
+        "UPDATE runs SET flow_passed = 1 WHERE id = ? AND flow_passed IS NULL", [(i,) for i in hide]
+    )
+    conn.executemany(_SHOW, show)
 
 
 # One run's start on its own (Store.claim_run), as in postgres/leases.py.
@@ -200,7 +233,8 @@ class Leases(SQLiteConnection):
             ]
             if "queued" not in statuses or len(orphans) >= limit:
                 return orphans
-            chosen = pick(*_candidates(conn, now, limit - len(orphans)), limit - len(orphans))
+            queued, woken, held, served, walks = _candidates(conn, now, limit - len(orphans))
+            chosen = pick(queued, woken, held, served, limit - len(orphans))
             for c in chosen:
                 lease = self._upsert_lease(conn, c.id, worker_id, ttl, False)
                 if lease is None:
@@ -208,6 +242,7 @@ class Leases(SQLiteConnection):
                 orphans.append(Orphan(c.id, lease, None, None))
                 if not c.woken:
                     conn.execute(_SERVED, (c.workspace, now))
+            _mark(conn, walks, chosen)
             return orphans
 
         return await self._write(tx)
@@ -236,6 +271,7 @@ class Leases(SQLiteConnection):
             lease = self._upsert_lease(conn, run_id, worker_id, ttl, False)
             if lease is not None and not run.woken:
                 conn.execute(_SERVED, (run.workspace, time.time()))
+                _mark(conn, [], [run])
             return lease
 
         return await self._write(tx)

@@ -35,6 +35,7 @@ CREATE TABLE runs (
     flow_key         text,
     flow_limit       integer,
     flow_max         integer,
+    flow_passed      boolean,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -273,6 +274,29 @@ CREATE INDEX runs_queued_flow ON runs (workspace, agent_name, flow_key, priority
     WHERE status = 'queued' AND flow_key IS NOT NULL;
 CREATE INDEX run_locks_flow ON run_locks (workspace, agent_name, flow_key)
     WHERE flow_key IS NOT NULL AND expires_at > 'epoch';
+-- The claim's walk over flow groups (migration 0029).
+CREATE INDEX runs_flow_heads ON runs (workspace, priority DESC, created_at)
+    WHERE status = 'queued' AND flow_key IS NOT NULL AND flow_passed IS NULL;
+
+CREATE FUNCTION lantern_flow_head_left() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1279348291);  -- the claim's lock (postgres/leases.py)
+    UPDATE runs SET flow_passed = NULL WHERE id = (
+        SELECT r.id FROM runs r
+        WHERE r.workspace = NEW.workspace AND r.agent_name = NEW.agent_name
+          AND r.flow_key = NEW.flow_key AND r.status = 'queued'
+          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+        ORDER BY r.priority DESC, r.created_at LIMIT 1)
+      AND flow_passed IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_flow_head_left AFTER UPDATE OF status ON runs FOR EACH ROW
+    WHEN (OLD.status = 'queued' AND NEW.status NOT IN ('queued', 'running', 'waiting')
+          AND NEW.flow_key IS NOT NULL
+          AND NEW.flow_passed IS NULL)
+    EXECUTE FUNCTION lantern_flow_head_left();
 
 CREATE TABLE model_limits (
     scope                text        NOT NULL,

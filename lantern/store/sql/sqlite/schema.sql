@@ -36,6 +36,7 @@ CREATE TABLE runs (
     flow_key         TEXT,
     flow_limit       INTEGER,
     flow_max         INTEGER,
+    flow_passed      INTEGER,
     FOREIGN KEY (workspace, agent_name, agent_version) REFERENCES agents (workspace, name, version)
 );
 CREATE INDEX runs_by_workspace ON runs (workspace, id);
@@ -266,6 +267,23 @@ CREATE INDEX runs_queued_flow ON runs (workspace, agent_name, flow_key, priority
     WHERE status = 'queued' AND flow_key IS NOT NULL;
 CREATE INDEX run_locks_flow ON run_locks (workspace, agent_name, flow_key)
     WHERE flow_key IS NOT NULL AND expires_at > 0;
+-- The claim's walk over flow groups (migration 0029).
+CREATE INDEX runs_flow_heads ON runs (workspace, priority DESC, created_at)
+    WHERE status = 'queued' AND flow_key IS NOT NULL AND flow_passed IS NULL;
+
+CREATE TRIGGER runs_flow_head_left AFTER UPDATE OF status ON runs
+WHEN OLD.status = 'queued' AND NEW.status NOT IN ('queued', 'running', 'waiting')
+     AND NEW.flow_key IS NOT NULL
+     AND NEW.flow_passed IS NULL
+BEGIN
+    UPDATE runs SET flow_passed = NULL WHERE id = (
+        SELECT r.id FROM runs r
+        WHERE r.workspace = NEW.workspace AND r.agent_name = NEW.agent_name
+          AND r.flow_key = NEW.flow_key AND r.status = 'queued'
+          AND NOT EXISTS (SELECT 1 FROM run_locks l WHERE l.run_id = r.id)
+        ORDER BY r.priority DESC, r.created_at LIMIT 1)
+      AND flow_passed IS NOT NULL;
+END;
 
 CREATE TABLE model_limits (
     scope                TEXT    NOT NULL,
