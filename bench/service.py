@@ -32,6 +32,7 @@ Targets: HTTP within 1.3x of in-process, sequential and 32 at a time, both backe
 run POST -> finished p50 under 5 ms and p99 under 20 ms on SQLite.
 
     .venv/bin/python bench/service.py [--rounds 3] [--runs 40] [--backends sqlite,postgres]
+        [--sections '32 code,latency'] [--baseline DIR]
 
 ``LANTERN_BENCH_PG_URL`` overrides the PostgreSQL URL (default 127.0.0.1:5432/test); the bench
 creates two fresh schemas there and drops them at the end. SQLite lives in a temporary
@@ -337,6 +338,8 @@ class ServerProcess:
             "LANTERN_DATABASE_URL": self.database_url,
             "LANTERN_PORT": str(self.port),
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.collector}",
+            # Its sessions are told apart in pg_stat_activity (a profile of what they wait on).
+            "PGAPPNAME": "lantern-bench-serve" + ("-baseline" if self.source else ""),
         }
         if self.source:
             env["PYTHONPATH"] = self.source
@@ -475,14 +478,15 @@ class Result:
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
-    """(section, agent, runs, lanes) of one round."""
-    return [
+    """(section, agent, runs, lanes) of one round: the sections asked for."""
+    every = [
         ("seq code", CODE, args.runs, 1),
         ("seq code 1-step", CODE_ONE, args.runs, 1),
         ("seq graph", GRAPH, args.runs, 1),
         ("32 code", CODE, args.runs * 4, 32),
         ("256 code", CODE, 512, 256),
     ]
+    return [s for s in every if s[0] in args.sections]
 
 
 @dataclass
@@ -559,7 +563,7 @@ async def bench_backend(
                         out = await local.batch(agent, count, lanes)
                         tally.add(steps, out, time.process_time() - cpu)
             # POST -> finished for a 1-step run: one request, then two.
-            for mode, served in servers.items():
+            for mode, served in servers.items() if "latency" in args.sections else ():
                 for one_request, into in ((True, result.one), (False, result.two)):
                     out = await served.batch(
                         Tally(),
@@ -630,7 +634,7 @@ def marginal_us(ten: Tally, one: Tally) -> float:
 
 def report(results: Sequence[Result]) -> None:
     for r in results:
-        modes = [m for m in (HTTP, BASE, LOCAL) if (SECTIONS[0], m) in r.tallies]
+        modes = [m for m in (HTTP, BASE, LOCAL) if any(k[1] == m for k in r.tallies)]
         print()
         print(f"{r.backend}: steps/s, CPU µs per step (server process; this one in-process)")
         head = f"{'section':16}" + "".join(f"{m:>26}" for m in modes)
@@ -639,7 +643,7 @@ def report(results: Sequence[Result]) -> None:
             head += f"{'HTTP / baseline':>24}"
         print(head + "  429s  target")
         print("-" * (len(head) + 22))
-        for section in SECTIONS:
+        for section in [s for s in SECTIONS if (s, HTTP) in r.tallies]:
             line = f"{section:16}"
             for m in modes:
                 t = r.tally(section, m)
@@ -653,10 +657,11 @@ def report(results: Sequence[Result]) -> None:
             if section in ("seq code", "32 code"):
                 target = f"<= {RATIO_TARGET:g}x: " + ("met" if mid <= RATIO_TARGET else "MISSED")
             print(f"{line}{r.tally(section, HTTP).throttled:5}  {target}")
-        for m in modes:
+        both = all((s, HTTP) in r.tallies for s in ("seq code", "seq code 1-step"))
+        for m in modes if both else ():
             ten, one = r.tally("seq code", m), r.tally("seq code 1-step", m)
             print(f"marginal µs per step (sequential), {m}: {marginal_us(ten, one):,.0f}")
-        for m in [m for m in modes if m != LOCAL]:
+        for m in [m for m in modes if m != LOCAL and m in r.one]:
             for name, values in (("POST?wait", r.one[m]), ("POST+GET?wait", r.two[m])):
                 p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
                 target = "-"
@@ -686,12 +691,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a checkout of another revision (git worktree add DIR REV): its `lantern serve`"
         " is measured too, interleaved, for before/after ratios in one run",
     )
+    p.add_argument(
+        "--sections",
+        default=",".join((*SECTIONS, "latency")),
+        help="which to measure, comma-separated: "
+        + ", ".join((*SECTIONS, "latency"))
+        + " (default all); e.g. '32 code' alone for the concurrent path",
+    )
     p.add_argument("--client", help=argparse.SUPPRESS)  # PORT:KEY of the client process
     p.add_argument("--collector", type=int, help=argparse.SUPPRESS)  # the collector's port
     args = p.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not args.backends or set(args.backends) - {"sqlite", "postgres"}:
         p.error("--backends takes sqlite, postgres or both")
+    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if not args.sections or set(args.sections) - {*SECTIONS, "latency"}:
+        p.error("--sections takes " + ", ".join((*SECTIONS, "latency")))
     if args.rounds < 1 or args.runs < 1:
         p.error("--rounds and --runs must be at least 1")
     return args
