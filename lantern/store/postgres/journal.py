@@ -126,6 +126,11 @@ WITH lease AS (
     FROM runs
     WHERE id = %(run)s AND status = 'queued'
       AND NOT EXISTS (SELECT 1 FROM journal_events WHERE run_id = %(run)s)
+    -- The run's row first, then its lease, in the order a claim takes them: leased first, a
+    -- claim choosing the run at the same moment held the run and waited for the lease while
+    -- this statement held the lease and waited for the run (deadlock_timeout, 1 s, for one
+    -- of them to be aborted).
+    FOR NO KEY UPDATE
     ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id,
         expires_at = excluded.expires_at, epoch = run_locks.epoch + 1
     WHERE run_locks.expires_at <= now() OR run_locks.worker_id = excluded.worker_id
@@ -148,12 +153,23 @@ WITH lease AS (
     UPDATE runs SET status = %(status)s, output = %(output)s::jsonb, error = %(error)s::jsonb,
                     updated_at = now()
     WHERE id IN (SELECT run_id FROM lease)
+), started AS (
+    SELECT r.workspace FROM runs r JOIN lease l ON l.run_id = r.id
 ), served AS (
     -- Starting a queued run serves its workspace, as a claim does, so a run a replica drives
-    -- at its create still counts in the claim's fairness between workspaces.
+    -- at its create still counts in the claim's fairness between workspaces. Not when
+    -- another transaction is marking it served this very moment (SKIP LOCKED): waiting for
+    -- that one's commit put every start of one workspace in a single file behind the one
+    -- before it, an fsync each, and the mark it sets is as recent as ours would be.
+    UPDATE workspace_claims SET claimed_at = now()
+    WHERE workspace IN (
+        SELECT c.workspace FROM workspace_claims c JOIN started s ON s.workspace = c.workspace
+        FOR UPDATE OF c SKIP LOCKED)
+), first_served AS (
     INSERT INTO workspace_claims (workspace, claimed_at)
-    SELECT r.workspace, now() FROM runs r JOIN lease l ON l.run_id = r.id
-    ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at
+    SELECT s.workspace, now() FROM started s
+    WHERE NOT EXISTS (SELECT 1 FROM workspace_claims c WHERE c.workspace = s.workspace)
+    ON CONFLICT (workspace) DO NOTHING
 )
 SELECT epoch FROM lease
 """
