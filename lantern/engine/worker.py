@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager, suppress
 from datetime import UTC, datetime
 
 from lantern import config, outbound, threads
@@ -20,6 +20,7 @@ from lantern.engine.live import LiveText
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
 from lantern.engine.schedules import ScheduleLoop
+from lantern.ids import new_run_id
 from lantern.models.registry import Models
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
@@ -29,6 +30,25 @@ from lantern.store.records import Lease, Run
 log = logging.getLogger("lantern.worker")
 
 HEARTBEAT = 5.0  # seconds between heartbeats, at most
+
+
+class _Either:
+    """Whether a run id is in either of two sets, as they are when asked (a claim asks after
+    its query, so a create begun meanwhile is passed by too)."""
+
+    def __init__(self, a: set[str], b: set[str]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self.a or run_id in self.b
+
+
+def _finished(task: asyncio.Task[object]) -> bool:
+    """Whether a drive ended with its run finished (not parked, lost or failed to drive)."""
+    if task.cancelled() or task.exception() is not None:
+        return False
+    run = task.result()
+    return isinstance(run, Run) and run.finished
 
 
 class Worker:
@@ -80,11 +100,19 @@ class Worker:
         # Runs handed to a drive at their create (``take``), until that drive ends: a claim
         # of one of them meanwhile starts no second drive.
         self._taken: set[str] = set()
+        # Ids of runs being created here to be taken (``creating``): committed queued before
+        # ``take`` hands them on, so a claim would see them first.
+        self._creating: set[str] = set()
         # A claim's lease on a taken run, kept until the create's drive ends: that drive may
         # already have parked the run (a follower sees the park before the drive is over),
         # and a decision's wake then claimed it; dropped, nobody drove the run until the
         # lease expired.
         self._claimed_meanwhile: dict[str, Lease] = {}
+        # Runs may wait in the queue for a slot of this process: its last claim filled every
+        # slot it asked for, or a create found none free. Only then does the end of a drive
+        # started at a create call for a claim (see ``_done``).
+        self._behind = False
+        self._starting = _Either(self._creating, self._taken)
         self._wake = asyncio.Event()
         self.runner: Runner | None = None
         self.live = LiveText()  # the live text of the model steps this process runs
@@ -208,11 +236,15 @@ class Worker:
             leases: list[Lease] = []
             if free > 0:
                 try:
+                    # Not the runs this process's creates are starting: taken here too (a
+                    # lease their start then supersedes), they cost a write, a wait and a
+                    # wasted renewal each, about a third of the runs created in a burst.
                     leases = await self.store.claim_runs(
-                        self.worker_id, self.keeper.ttl, free, ("queued",)
+                        self.worker_id, self.keeper.ttl, free, ("queued",), skip=self._starting
                     )
                 except Exception as exc:  # the database is away: keep trying
                     log.warning("could not claim runs: %s", exc)
+            self._behind = free <= 0 or len(leases) >= free
             for lease in leases:
                 self._start(lease.run_id, lease)
             if not leases:
@@ -223,6 +255,17 @@ class Worker:
     def wake(self) -> None:
         """Look for queued runs now rather than at the next poll."""
         self._wake.set()
+
+    @contextmanager
+    def creating(self) -> Iterator[str]:
+        """A new run's id, for a create whose run is then given to ``take``: until the block
+        ends, this process's claims pass the run by."""
+        run_id = new_run_id()
+        self._creating.add(run_id)
+        try:
+            yield run_id
+        finally:
+            self._creating.discard(run_id)
 
     def take(self, run: Run) -> None:
         """A run this process just created: drive it now when a slot is free, with no round
@@ -239,6 +282,7 @@ class Worker:
             or free <= 0
             or self.stopping.is_set()
         ):
+            self._behind = self._behind or free <= 0
             self.wake()
             return
         self._taken.add(run.id)
@@ -262,11 +306,19 @@ class Worker:
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
         run_id = task.get_name().removeprefix("drive ")
+        taken = run_id in self._taken
         self._taken.discard(run_id)
         claimed = self._claimed_meanwhile.pop(run_id, None)
         if claimed is not None and not self.stopping.is_set():
             self._start(run_id, claimed, held=False)
-        self._wake.set()
+        if not (taken and _finished(task) and not self._behind):
+            # A slot is free for a run the queue may hold: one this process had no slot for,
+            # one of a flow group whose slot this run held (flow-controlled runs are only
+            # ever claimed), a parked run's decision that came while it parked, a parent a
+            # finished child made due. A run driven from its create to its end frees a slot
+            # no queued run waited for: a claim then (one per run, under the claims' lock,
+            # racing the creates it would see) found nothing but those creates' own runs.
+            self._wake.set()
         self.recovery.slot_freed()
 
     async def _drive(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -99,9 +99,16 @@ class LeaseStore(Protocol):
         with a new epoch."""
 
     async def claim_runs(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+        self,
+        worker_id: str,
+        ttl: float,
+        limit: int,
+        statuses: tuple[RunStatus, ...],
+        *,
+        skip: Container[str] = frozenset(),
     ) -> list[Lease]:
-        """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first."""
+        """Lease up to ``limit`` runs in ``statuses`` with no live lease, oldest first.
+        ``skip``: queued runs not to take (the caller is starting them itself)."""
 
     async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
         """Lease one queued or parked run, as the claim would: under the claim's lock, and

@@ -89,3 +89,11 @@ async def test_workers_heartbeat_and_show_the_runs_they_hold(store: Store) -> No
     assert workers["w1"].runs == (run.id,) and workers["w1"].stopped_at is None
     assert workers["w2"].runs == () and workers["w2"].stopped_at is not None
     assert workers["w1"].heartbeat_at >= started - timedelta(seconds=1)
+
+
+async def test_a_claim_passes_by_the_queued_runs_it_is_told_to_skip(store: Store) -> None:
+    mine, other = await new_run(store), await new_run(store)
+    taken = await store.claim_runs("w1", 60, 10, ("queued",), skip={mine.id})
+    assert [t.run_id for t in taken] == [other.id]
+    # Skipped, not leased: another claim (or this one's next) still takes it.
+    assert [t.run_id for t in await store.claim_runs("w2", 60, 10, ("queued",))] == [mine.id]

@@ -84,15 +84,20 @@ async def create(
             f"Idempotency-Key may not start with {SCHEDULE_KEYS!r}: schedules' fires use those"
         )
     s = services(request)
-    run = await create_run(
-        s.store,
-        body.agentName,
-        body.input,
-        key.workspace,
-        idempotency_key=idempotency_key,
-        app=s.worker.app,
-        priority=body.priority,
-    )
+    # This replica's claims pass the new run by until take() below has it (nothing awaited
+    # in between): committed queued, it would be claimed too, a lease its drive then
+    # supersedes.
+    with s.worker.creating() as run_id:
+        run = await create_run(
+            s.store,
+            body.agentName,
+            body.input,
+            key.workspace,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            app=s.worker.app,
+            priority=body.priority,
+        )
     try:
         # The wait holds a connection as a long-poll does; a key holding all it may (the
         # streams limit) gets its run at once instead of a 429 for a run it has made.

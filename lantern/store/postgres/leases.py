@@ -5,7 +5,7 @@ Leases use the database's clock (``now()``), so replicas with skewed clocks agre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -282,16 +282,27 @@ class Leases(PostgresConnection):
         return None if row is None else Lease(run_id, worker_id, row[1])
 
     async def claim_runs(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+        self,
+        worker_id: str,
+        ttl: float,
+        limit: int,
+        statuses: tuple[RunStatus, ...],
+        *,
+        skip: Container[str] = frozenset(),
     ) -> list[Lease]:
-        orphans = await self._steal(worker_id, ttl, limit, statuses)
+        orphans = await self._steal(worker_id, ttl, limit, statuses, skip)
         return [o.lease for o in orphans if o.lease is not None]
 
     async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
         return await self._steal(worker_id, ttl, limit, ACTIVE)
 
     async def _steal(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+        self,
+        worker_id: str,
+        ttl: float,
+        limit: int,
+        statuses: tuple[RunStatus, ...],
+        skip: Container[str] = frozenset(),
     ) -> list[Orphan]:
         args = {"worker": worker_id, "ttl": ttl, "limit": limit}
         async with self._connection() as conn, conn.transaction():
@@ -331,7 +342,8 @@ class Leases(PostgresConnection):
                 heads = {**_groups([g for g, _ in opened]), "n": [n for _, n in opened]}
                 cur = await conn.execute(_HEADS.encode(), heads)
                 read.queued += [Candidate(*r) for r in await cur.fetchall()]
-            chosen = pick(read.queued, read.woken, read.held, read.served, want)
+            queued = [c for c in read.queued if c.id not in skip]
+            chosen = pick(queued, read.woken, read.held, read.served, want)
             hide, show = marks(walks, chosen)
             if not chosen and not hide and not show:
                 return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -198,16 +198,27 @@ class Leases(SQLiteConnection):
         return await self._write(lambda c: self._upsert_lease(c, run_id, worker_id, ttl, reclaim))
 
     async def claim_runs(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+        self,
+        worker_id: str,
+        ttl: float,
+        limit: int,
+        statuses: tuple[RunStatus, ...],
+        *,
+        skip: Container[str] = frozenset(),
     ) -> list[Lease]:
-        orphans = await self._steal(worker_id, ttl, limit, statuses)
+        orphans = await self._steal(worker_id, ttl, limit, statuses, skip)
         return [o.lease for o in orphans if o.lease is not None]
 
     async def recover_orphans(self, worker_id: str, ttl: float, limit: int) -> list[Orphan]:
         return await self._steal(worker_id, ttl, limit, ACTIVE)
 
     async def _steal(
-        self, worker_id: str, ttl: float, limit: int, statuses: tuple[RunStatus, ...]
+        self,
+        worker_id: str,
+        ttl: float,
+        limit: int,
+        statuses: tuple[RunStatus, ...],
+        skip: Container[str] = frozenset(),
     ) -> list[Orphan]:
         # Expired leases (oldest expiry first), then what lantern/store/claims.py picks from
         # the candidates read as in Postgres (see there), in one write transaction.
@@ -234,6 +245,7 @@ class Leases(SQLiteConnection):
             if "queued" not in statuses or len(orphans) >= limit:
                 return orphans
             queued, woken, held, served, walks = _candidates(conn, now, limit - len(orphans))
+            queued = [c for c in queued if c.id not in skip]
             chosen = pick(queued, woken, held, served, limit - len(orphans))
             for c in chosen:
                 lease = self._upsert_lease(conn, c.id, worker_id, ttl, False)
