@@ -1,15 +1,16 @@
-"""The run waterfall in the terminal: a row per step, from the journal alone."""
+"""The run waterfall in the terminal: a row per step, from the journal alone.
+
+``render`` hands each line to a function (``click.echo``, or a rich console's print), with
+ANSI colours when asked for: plain aligned columns and a handful of escape codes need no
+terminal library, whose import alone was a fifth of ``lantern runs show``'s start.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from lantern.engine import events as ev
 
@@ -58,6 +59,9 @@ class Run(Protocol):
 
 
 BAR_WIDTH = 32
+# The styles used, as ANSI SGR codes.
+_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
+_SGR["magenta"] = "35"
 _STYLE = {
     "completed": "green",
     "failed": "red",
@@ -196,35 +200,73 @@ def vm_lanes(events: Sequence[Event]) -> list[VmLane]:
     return lanes
 
 
-def render_vms(lanes: Sequence[VmLane], total: float, console: Console) -> None:
-    table = Table(box=None, pad_edge=False)
-    for column in ("vm", "node", "driver", "start", "duration", "", "ended"):
-        table.add_column(column, no_wrap=True)
+# A table cell: its text, or its text and a style of _SGR.
+Cell = str | tuple[str, str]
+
+
+class Painter:
+    """Lines out, each through ``write``; styled with ANSI codes when ``color``."""
+
+    def __init__(self, write: Callable[[str], object], color: bool) -> None:
+        self.write = write
+        self.color = color
+
+    def paint(self, text: str, style: str) -> str:
+        code = _SGR.get(style)
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color and code and text else text
+
+    def line(self, *parts: Cell) -> None:
+        self.write("".join(p if isinstance(p, str) else self.paint(*p) for p in parts))
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
+        """Columns two spaces apart, the header bold, the last column not padded."""
+        texts = [[c if isinstance(c, str) else c[0] for c in row] for row in rows]
+        widths = [max([len(h), *(len(t[i]) for t in texts)]) for i, h in enumerate(header)]
+        last = len(header) - 1
+        titles = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+        self.write(self.paint(titles.rstrip(), "bold"))
+        for row, text in zip(rows, texts, strict=True):
+            cells = []
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
+                pad = "" if i == last else " " * (width - len(text[i]))
+                cells.append((cell if isinstance(cell, str) else self.paint(*cell)) + pad)
+            self.write("  ".join(cells).rstrip())
+
+
+def render_vms(lanes: Sequence[VmLane], total: float, out: Painter) -> None:
+    rows: list[list[Cell]] = []
     for lane in lanes:
         offset = int(lane.start / total * BAR_WIDTH)
         length = max(1, int((lane.duration or 0) / total * BAR_WIDTH))
         style = _VM_STYLE.get(lane.ended, "red")
-        table.add_row(
-            f"VM {lane.attempt}",
-            lane.node_id,
-            lane.driver,
-            f"+{lane.start * 1000:.0f}ms",
-            "…" if lane.duration is None else f"{lane.duration * 1000:.0f}ms",
-            Text(" " * offset + "█" * min(length, BAR_WIDTH - offset), style=style),
-            Text(lane.ended or "running", style=style),
+        rows.append(
+            [
+                f"VM {lane.attempt}",
+                lane.node_id,
+                lane.driver,
+                f"+{lane.start * 1000:.0f}ms",
+                "…" if lane.duration is None else f"{lane.duration * 1000:.0f}ms",
+                (" " * offset + "█" * min(length, BAR_WIDTH - offset), style),
+                (lane.ended or "running", style),
+            ]
         )
-    console.print(table)
+    out.table(("vm", "node", "driver", "start", "duration", "", "ended"), rows)
     for lane in lanes:
         note = f"LANTERN_RESUME=1, {lane.served} step(s) served from the journal"
-        console.print(f"  VM {lane.attempt}: {lane.vm_id}" + (f"; {note}" if lane.resume else ""))
+        out.line(f"  VM {lane.attempt}: {lane.vm_id}" + (f"; {note}" if lane.resume else ""))
 
 
 def render(
     run: Run,
     events: Sequence[Event],
-    console: Console,
+    write: Callable[[str], object],
     deliveries: Sequence[Delivery] = (),
+    *,
+    color: bool = False,
 ) -> None:
+    """The waterfall of ``run``, a line at a time through ``write``; ANSI-coloured when
+    ``color``."""
+    out = Painter(write, color)
     rows = step_rows(events)
     lanes = vm_lanes(events)
     ends = [r.start + (r.duration or 0) for r in rows] + [
@@ -232,68 +274,71 @@ def render(
     ]
     total = max([*ends, 0.001])
     recoveries = [e for e in events if e.kind == ev.RUN_RECOVERED]
-    console.print(
-        f"[bold]{run.id}[/]  agent {run.agent_name} v{run.agent_version}  "
-        f"status [bold]{run.status}[/]  {len(events)} events  "
-        f"{len(recoveries)} recover{'y' if len(recoveries) == 1 else 'ies'}"
+    out.line(
+        (run.id, "bold"),
+        f"  agent {run.agent_name} v{run.agent_version}  status ",
+        (run.status, "bold"),
+        f"  {len(events)} events  {len(recoveries)} recover",
+        "y" if len(recoveries) == 1 else "ies",
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("step", "type", "start", "duration", "", "status", "attempt", "journal"):
-        table.add_column(column, no_wrap=True)
+    table: list[list[Cell]] = []
     for r in rows:
         offset = int(r.start / total * BAR_WIDTH)
         length = max(1, int((r.duration or 0) / total * BAR_WIDTH))
-        bar = Text(" " * offset + "█" * length, style=_STYLE.get(r.status, ""))
-        table.add_row(
-            r.step_id,
-            r.node_type,
-            f"+{r.start * 1000:.0f}ms",
-            "…" if r.duration is None else f"{r.duration * 1000:.0f}ms",
-            bar,
-            Text(r.status, style=_STYLE.get(r.status, "")),
-            str(r.attempt),
-            "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
+        style = _STYLE.get(r.status, "")
+        table.append(
+            [
+                r.step_id,
+                r.node_type,
+                f"+{r.start * 1000:.0f}ms",
+                "…" if r.duration is None else f"{r.duration * 1000:.0f}ms",
+                (" " * offset + "█" * length, style),
+                (r.status, style),
+                str(r.attempt),
+                "replayed" if r.replayed else "re-run, same key" if r.rerun else "",
+            ]
         )
-    console.print(table)
+    out.table(("step", "type", "start", "duration", "", "status", "attempt", "journal"), table)
     if lanes:  # a microVM run: a lane per VM, which node and driver, why it ended
-        render_vms(lanes, total, console)
+        render_vms(lanes, total, out)
     for r in rows:
         if r.model:  # which model answered, and who: "offline" says no provider was paid
-            console.print(f"  {r.step_id}: model {r.model}")
+            out.line(f"  {r.step_id}: model {r.model}")
     usage: Any = getattr(run, "usage", None)
     if usage is not None and usage.model_calls:
-        console.print(
+        out.line(
             f"  usage: {usage.model_calls} model call(s), {usage.input_tokens} input and"
             f" {usage.output_tokens} output tokens, ${usage.cost_usd:.6f}"
         )
     for e in events:
         if e.kind == ev.STEP_RESUMED and e.step_id and e.data.get("decision"):
-            console.print(f"  {e.step_id}: {decided(e.data)}")
+            out.line(f"  {e.step_id}: {decided(e.data)}")
     for e in recoveries:
-        console.print(
+        out.line(
             f"  recovered at seq {e.seq}: {e.data.get('fromWorker')} -> {e.data.get('toWorker')}"
             f" (epoch {e.data.get('epoch')}); replayed {len(e.data.get('replayed', []))} step(s)"
             f" from the journal, re-ran {', '.join(e.data.get('inFlight', [])) or 'nothing'}"
         )
     if deliveries:
-        marks = Table("delivery", "step", "kind", "to", "status", box=None, pad_edge=False)
+        marks: list[list[Cell]] = []
         for d in deliveries:
             # Claimed and never finished: the process died mid-delivery. Never hide it.
             status = "unknown (cut off by a crash)" if d.status == "claimed" else d.status
             style = {"delivered": "green", "failed": "red"}.get(d.status, "yellow")
-            marks.add_row(d.name, d.step_id, d.kind, d.target or "", Text(status, style=style))
-        console.print(marks)
+            marks.append([d.name, d.step_id, d.kind, d.target or "", (status, style)])
+        out.table(("delivery", "step", "kind", "to", "status"), marks)
     if run.error:
-        console.print(f"[red]error:[/] {run.error}")
+        out.line(("error:", "red"), f" {run.error}")
     waits_for = getattr(run, "waiting_for", None)
     if waits_for and run.status == "waiting":
         parked = [e for e in events if e.kind == "run_parked"]
         by = parked[-1].data if parked else {}
         has = by.get("workerVersion") or "no such agent"
-        console.print(
-            f"[yellow]waits for version {waits_for}[/] of agent {run.agent_name}: replica"
+        out.line(
+            (f"waits for version {waits_for}", "yellow"),
+            f" of agent {run.agent_name}: replica"
             f" {by.get('worker', '?')} has {has}, so it left the run to one that has it."
-            f" Once you know other code replays it: lantern runs resume {run.id} --version NEW"
+            f" Once you know other code replays it: lantern runs resume {run.id} --version NEW",
         )
 
 

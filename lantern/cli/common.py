@@ -54,6 +54,11 @@ def console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
+def colored() -> bool:
+    """Whether to colour what goes to stdout: a terminal, unless NO_COLOR is set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
 def with_database(ctx: click.Context, url: str | None) -> None:
     if url:
         ctx.obj["settings"] = replace(settings(ctx), database_url=url)

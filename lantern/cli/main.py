@@ -18,7 +18,7 @@ from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import (
     DEFAULT_WORKSPACE,
     cli_worker_id,
-    console,
+    colored,
     fail,
     guarded,
     opened,
@@ -340,7 +340,7 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
             return found, await store.events(run_id), await store.deliveries(run_id)
 
     found, events, sent = server_or_database(through_server, on_database)
-    waterfall.render(found, events, console(), sent)
+    waterfall.render(found, events, click.echo, sent, color=colored())
 
 
 @runs.command("resume")

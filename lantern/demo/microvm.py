@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.text import Text
 
 from lantern import waterfall
 from lantern.demo.story import _free_port
@@ -121,7 +122,8 @@ async def _tell(workdir: Path, out: Console) -> int:
             )
         stored = await store.get_run(run["id"])
         assert stored is not None
-        waterfall.render(stored, await store.events(run["id"]), out)
+        events = await store.events(run["id"])
+        waterfall.render(stored, events, lambda line: out.print(Text.from_ansi(line)), color=True)
         ok = done["status"] == "succeeded" and done["output"]["resumed"] is True
         out.print(
             "[green]The lost VM was terminated (node_lost); a new VM on the other node was"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from lantern import waterfall
 from lantern.demo import receipt
@@ -112,7 +113,8 @@ async def _story(store: Store, url: str, receiver: Receiver, workdir: Path, out:
     )
     stored = await store.get_run(run.id)
     assert stored is not None
-    waterfall.render(stored, await store.events(run.id), out, await store.deliveries(run.id))
+    events, sent = await store.events(run.id), await store.deliveries(run.id)
+    waterfall.render(stored, events, lambda line: out.print(Text.from_ansi(line)), sent, color=True)
     told = max(_deliveries(receiver, finished.status, out), receipt.show(exported, keys, out))
     if told == 0:
         _next_steps(workdir, run.id, key, out)

@@ -150,8 +150,7 @@ def test_a_command_through_a_server_imports_no_event_loop_async_client_engine_or
     assert under(modules - VOCABULARY, (*HEAVY, *ASYNC_CLIENT)) == []
     # Nor the store's records (dozens of dataclasses): the client reads statuses only.
     assert "lantern.store.records" not in modules
-    if args[1] != "show":  # a listing and a decision print plain lines; the waterfall is drawn
-        assert under(modules, ("rich",)) == []
+    assert under(modules, ("rich",)) == []  # plain lines, a few ANSI codes on a terminal
 
 
 def test_the_cli_default_workspace_is_the_engines() -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from lantern.store.records import Event, Run, RunStatus
 from lantern.waterfall import StepRow, render, step_rows
@@ -166,9 +164,9 @@ def test_render_prints_a_row_per_step_and_the_recovery() -> None:
         created_at=T0,
         updated_at=T0 + timedelta(seconds=6),
     )
-    out = io.StringIO()
-    render(run, events, Console(file=out, width=160, color_system=None))
-    text = out.getvalue()
+    out: list[str] = []
+    render(run, events, out.append)
+    text = "\n".join(out)
     assert "run_1" in text and "onboard v3" in text and "succeeded" in text
     assert "1 recovery" in text
     lines = text.splitlines()
@@ -232,9 +230,9 @@ def test_a_step_open_when_the_run_was_cancelled_reads_stopped() -> None:
     assert step_rows(j.events)[-1].status == "in flight"
     j.add(2000, "run_cancelled", {"reason": "api"})
     assert step_rows(j.events)[-1].status == "stopped"
-    out = io.StringIO()
-    render(cancelled_run(), j.events, Console(file=out, width=160, color_system=None))
-    slow = next(line for line in out.getvalue().splitlines() if line.startswith("slow "))
+    out: list[str] = []
+    render(cancelled_run(), j.events, out.append)
+    slow = next(line for line in out if line.startswith("slow "))
     assert "stopped" in slow and "in flight" not in slow
 
 
@@ -264,6 +262,6 @@ def test_the_waterfall_says_who_decided_an_approval(resumed: dict[str, Any], wor
     j.add(6, "step_waiting", {"kind": "approval", "prompt": "Go?"}, "ok", 1)
     j.add(900, "step_resumed", resumed, "ok", 1)
     j.add(900, "step_completed", {"output": resumed}, "ok", 1)
-    out = io.StringIO()
-    render(cancelled_run("succeeded"), j.events, Console(file=out, width=160, color_system=None))
-    assert words in [line.strip() for line in out.getvalue().splitlines()], out.getvalue()
+    out: list[str] = []
+    render(cancelled_run("succeeded"), j.events, out.append)
+    assert words in [line.strip() for line in out], out
