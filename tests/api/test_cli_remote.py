@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from lantern.demo.receiver import Receiver
 from tests.api.test_endpoints import NOOP
@@ -23,8 +26,18 @@ def lantern(server: Server, key: str, *args: str) -> subprocess.CompletedProcess
     return subprocess.run([LANTERN, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.fixture
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's key is in a workspace of its own."""
+    return module_server
+
+
+def own_key(server: Server) -> str:
+    return make_key(server.database_url, f"w{secrets.token_hex(4)}", ALL_SCOPES)
+
+
 def test_cli_over_the_api(api_server: Server, tmp_path: Path) -> None:
-    key = make_key(api_server.database_url, "default", ALL_SCOPES)
+    key = own_key(api_server)
     agent_file = tmp_path / "noop.json"
     agent_file.write_text(json.dumps(NOOP))
     applied = lantern(api_server, key, "agents", "apply", str(agent_file))
@@ -66,7 +79,7 @@ def test_remote_runs_show_lists_deliveries(api_server: Server, receiver: Receive
     from lantern import Client
     from tests.crash.test_deliver_once import deliveries_agent
 
-    key = make_key(api_server.database_url, "default", ALL_SCOPES)
+    key = own_key(api_server)
     with Client(api_server.url, key) as client:
         client.apply_agent(deliveries_agent(receiver.url, gate_first=False))
         run = client.wait(client.create_run("pay", {}).id, timeout=30)

@@ -36,7 +36,13 @@ from tests.server import ALL_SCOPES, ROOT, Server, make_key
 
 SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
 SEED = 20_261_130
-MAX_EXAMPLES = 80  # per operation in the fuzzing phase
+# Random examples per operation in the fuzzing phase, most of the fuzzer's time (each example
+# is a request). 40, not 80: with the fixed seed these are the same requests every run, a fixed
+# corpus rather than a search; the coverage phase, whatever this number, sends every operation
+# its boundary, negative, missing and wrong-type values and every unsupported method; the
+# stateful phase follows a created run through the operations on it; and every bug found here
+# keeps a deterministic test below on both backends.
+MAX_EXAMPLES = 40
 STATEFUL_EXAMPLES = 50  # scenarios of the stateful phase
 PROBLEM = "application/problem+json"
 NOOP = {

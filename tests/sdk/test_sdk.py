@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import secrets
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -328,21 +329,32 @@ ECHO = {
 
 
 @pytest.fixture
-def key(api_server: Server) -> str:
-    """A key with every scope in workspace ``sdk``."""
-    return make_key(api_server.database_url, "sdk", ALL_SCOPES)
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's keys are in workspaces of their own."""
+    return module_server
 
 
 @pytest.fixture
-def reader_key(api_server: Server) -> str:
-    """A key of workspace ``sdk`` that may only read runs."""
-    return make_key(api_server.database_url, "sdk", "runs:read")
+def workspace() -> str:
+    return f"sdk-{secrets.token_hex(4)}"
 
 
 @pytest.fixture
-def outsider_key(api_server: Server) -> str:
+def key(api_server: Server, workspace: str) -> str:
+    """A key with every scope in the test's workspace."""
+    return make_key(api_server.database_url, workspace, ALL_SCOPES)
+
+
+@pytest.fixture
+def reader_key(api_server: Server, workspace: str) -> str:
+    """A key of the test's workspace that may only read runs."""
+    return make_key(api_server.database_url, workspace, "runs:read")
+
+
+@pytest.fixture
+def outsider_key(api_server: Server, workspace: str) -> str:
     """A key with every scope in another workspace."""
-    return make_key(api_server.database_url, "elsewhere", ALL_SCOPES)
+    return make_key(api_server.database_url, f"elsewhere-{workspace}", ALL_SCOPES)
 
 
 def release_when_held(receiver: Receiver, after: float) -> list[float]:
