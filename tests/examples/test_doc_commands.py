@@ -41,6 +41,7 @@ TALKS_TO_SERVER = re.compile(
     re.M,
 )
 SERVE = re.compile(r"^((?:\w+=\S+\s+)*)(?:\S*/)?lantern\s+serve\b(.*?)&?\s*$")
+SETS_LIMIT = re.compile(r"PUT\b.*?/v1/limits/|lantern\s+limits\s+set\b")
 OWN_DATABASE = re.compile(r"^\s*export\s+LANTERN_DATABASE_URL=")
 NOT_RUN = {
     # Two terminals, a slow receiver and a SIGKILL by hand: the walk-through is driven with
@@ -142,7 +143,7 @@ def run_order(pages: dict[str, list[Block]]) -> list[str]:
     models to 3 requests a minute) would hold each later page's model runs for up to a minute."""
 
     def sets_limit(page: str) -> bool:
-        return any(runnable(b) and "/v1/limits" in "\n".join(b.lines) for b in pages[page])
+        return any(runnable(b) and SETS_LIMIT.search("\n".join(b.lines)) for b in pages[page])
 
     return sorted(pages, key=lambda page: (sets_limit(page), page))
 
@@ -267,7 +268,8 @@ def test_which_commands_talk_to_a_server(line: str, runs: bool) -> None:
 
 
 def test_a_page_that_sets_a_rate_limit_runs_after_the_others() -> None:
-    limit = Block("docs/a.md", 1, "sh", ["curl -X PUT $LANTERN_URL/v1/limits/x -d @l.json"])
-    runs = Block("docs/b.md", 1, "sh", ["lantern run story"])
-    pages = {"docs/a.md": [limit], "docs/b.md": [runs], "docs/c.md": [runs]}
-    assert run_order(pages) == ["docs/b.md", "docs/c.md", "docs/a.md"]
+    curl = Block("docs/a.md", 1, "sh", ["curl -sX PUT $LANTERN_URL/v1/limits/x -d @l.json"])
+    cli = Block("docs/b.md", 1, "sh", ["lantern limits set offline-rpm limit.json"])
+    runs = Block("docs/c.md", 1, "sh", ["lantern run story", "lantern limits list"])
+    pages = {"docs/a.md": [curl], "docs/b.md": [cli], "docs/c.md": [runs], "docs/d.md": [runs]}
+    assert run_order(pages) == ["docs/c.md", "docs/d.md", "docs/a.md", "docs/b.md"]
