@@ -239,6 +239,15 @@ def offline_word_delay(env: Mapping[str, str] | None = None) -> float:
     return _duration(e, "LANTERN_OFFLINE_WORD_DELAY", "0s", positive=False)
 
 
+def rate_limit_window(env: Mapping[str, str] | None = None) -> float:
+    """LANTERN_RATE_LIMIT_WINDOW (a Go duration, default 60s): the span a rate limit's
+    ``tokensPerMinute`` and ``requestsPerMinute`` hold over. Providers count per minute, so
+    only a demo or a test that would otherwise wait out whole minutes sets it shorter; every
+    replica sharing a database must use the same one."""
+    e = os.environ if env is None else env
+    return _duration(e, "LANTERN_RATE_LIMIT_WINDOW", "60s")
+
+
 def retention(env: Mapping[str, str]) -> float | None:
     """LANTERN_RETENTION (a Go duration, e.g. ``720h``): how long a finished run is kept; unset
     or empty keeps every run. A value that is not a positive duration stops the server rather

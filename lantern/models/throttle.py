@@ -26,11 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from lantern.config import rate_limit_window
 from lantern.errors import StepError, Throttled
 from lantern.models import offline
 from lantern.store.model_limits import SERVER, ModelLimit, ModelLimitStore, Slot
 
-SLOT_MS = 1_000
+# A slot is a sixtieth of the window: 1 s for the default minute (LANTERN_RATE_LIMIT_WINDOW,
+# read once: slot indexes are stored, so a process never changes its slot length).
+SLOT_MS = max(1, round(rate_limit_window() * 1000 / 60))
 # Slots a check counts: the current one and the 61 before it, 61 s at least, so a minute of
 # the provider's clock is covered even when a request reaches it a little after its reservation.
 SLOTS = 62
