@@ -8,9 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -23,7 +20,7 @@ from lantern.demo.receiver import Receiver
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.ids import idempotency_key
-from lantern.observability import otlp, tracing
+from lantern.observability import tracing
 from lantern.store import Store
 from tests.helpers import http_chain
 from tests.integration.test_runner import graph, tool
@@ -203,44 +200,6 @@ async def test_a_failed_step_has_an_error_status(store: Store, spans: InMemorySp
     [root] = found["run fails"]
     assert root.status.status_code is StatusCode.ERROR
     assert attrs(root)["lantern.run_status"] == "failed"
-
-
-async def test_the_export_encoding_is_the_otlp_encoders_own(
-    store: Store, spans: InMemorySpanExporter
-) -> None:
-    """``lantern serve`` writes OTLP requests itself (observability/otlp.py): what it sends
-    for a run's spans (a drive, a model step with usage, a failed step with its exception
-    event) and for spans of every attribute type decodes to the message the exporter's own
-    encoder builds."""
-    await apply_agent(store, CHAIN)
-    await apply_agent(store, graph("fails", [tool("x", "boom")], [("start", "x")]))
-    for agent in ("chain", "fails"):
-        await drive(store, make_app(), (await create_run(store, agent, {})).id)
-    other = TracerProvider()  # a second resource, and a scope with a version and schema
-    other.add_span_processor(SimpleSpanProcessor(spans))
-    tracer = other.get_tracer("user-code", "2.1", schema_url="https://example.com/s")
-    with tracer.start_as_current_span(
-        "odd ü",
-        kind=trace.SpanKind.CLIENT,
-        attributes={
-            "ints": [1, -2, 2**40],
-            "strs": ["x", ""],
-            "bools": [True, False],
-            "empty": [],
-            "zero": 0,
-            "negative": -7,
-            "no": False,
-            "blank": "",
-            "half": 0.5,
-            "negative zero": -0.0,
-        },
-    ) as odd:
-        odd.add_event("event", {"n": 1})
-        odd.set_status(trace.Status(trace.StatusCode.OK))
-    finished = spans.get_finished_spans()
-    assert len(finished) == 6
-    expected = encode_spans(finished)
-    assert ExportTraceServiceRequest.FromString(otlp.request_bytes(finished)) == expected
 
 
 async def test_http_requests_carry_the_step_span_as_traceparent(
