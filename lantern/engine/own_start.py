@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from lantern.engine.journal import fold
 from lantern.store.base import Store
-from lantern.store.records import Lease, Run
+from lantern.store.records import Lease, Run, RunStatus
 
 POLL = 0.2  # seconds between looks for a free slot: the claim's own poll interval
 
@@ -23,18 +23,7 @@ async def slot(
     """The run's lease, won as a claim would win it (``Store.claim_run``) once its key and
     agent have a slot for it; ``waiting`` is called once if it has to wait. None when a
     server's replica claimed the run meanwhile (it is no longer queued)."""
-    told = False
-    while True:
-        lease = await store.claim_run(run.id, worker_id, ttl)
-        if lease is not None:
-            return lease
-        now = await store.get_run(run.id)
-        if now is None or now.status != "queued":
-            return None
-        if not told:
-            waiting()
-            told = True
-        await asyncio.sleep(POLL)
+    return await _claimed(store, run.id, worker_id, ttl, "queued", waiting)
 
 
 async def settled(store: Store, run_id: str) -> Run | None:
@@ -61,11 +50,28 @@ async def due(store: Store, run_id: str, worker_id: str, ttl: float, due_ms: int
     its key and agent have a slot for it); None when a server's replica took it meanwhile
     (it is no longer waiting)."""
     await asyncio.sleep(max(0.0, due_ms / 1000 - time.time()))
+    return await _claimed(store, run_id, worker_id, ttl, "waiting", lambda: None)
+
+
+async def _claimed(
+    store: Store,
+    run_id: str,
+    worker_id: str,
+    ttl: float,
+    status: RunStatus,
+    waiting: Callable[[], None],
+) -> Lease | None:
+    """``Store.claim_run``, tried every ``POLL`` while the run is still ``status`` (``waiting``
+    called before the first wait); None once it is not (a server's replica took it)."""
+    told = False
     while True:
         lease = await store.claim_run(run_id, worker_id, ttl)
         if lease is not None:
             return lease
         now = await store.get_run(run_id)
-        if now is None or now.status != "waiting":
+        if now is None or now.status != status:
             return None
+        if not told:
+            waiting()
+            told = True
         await asyncio.sleep(POLL)
