@@ -60,8 +60,15 @@ class Run(Protocol):
 
 BAR_WIDTH = 32
 # The styles used, as ANSI SGR codes.
-_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
-_SGR["magenta"] = "35"
+_SGR = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "blue": "34",
+    "magenta": "35",
+}
 _STYLE = {
     "completed": "green",
     "failed": "red",
