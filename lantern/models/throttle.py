@@ -1,8 +1,9 @@
 """Rate limits on model calls (docs/rate-limits.md): reserve before a call, settle after it.
 
 A limit counts what the calls to the models it matches reserve, in slots of ``SLOT_MS``. A
-call is admitted when what the slots of the last ``SLOTS`` (61 s at least) hold plus the call
-stays within the limit, so over ANY 60 s the tokens and requests sent stay within it. A plain
+call is admitted when what the slots of the last ``SLOTS`` (the window and a slot more: 61 s
+for the default minute) hold plus the call stays within the limit, so over ANY 60 s the tokens
+and requests sent stay within it. A plain
 token bucket of the same size would not: a full bucket spent at once and refilled over the
 next minute lets twice the limit through in that minute. A refused call learns when the
 oldest slots will have left the window enough to admit it: the step waits that long
@@ -34,8 +35,9 @@ from lantern.store.model_limits import SERVER, ModelLimit, ModelLimitStore, Slot
 # A slot is a sixtieth of the window: 1 s for the default minute (LANTERN_RATE_LIMIT_WINDOW,
 # read once: slot indexes are stored, so a process never changes its slot length).
 SLOT_MS = max(1, round(rate_limit_window() * 1000 / 60))
-# Slots a check counts: the current one and the 61 before it, 61 s at least, so a minute of
-# the provider's clock is covered even when a request reaches it a little after its reservation.
+# Slots a check counts: the current one and the 61 before it, the window and a slot more, so a
+# minute of the provider's clock is covered even when a request reaches it a little after its
+# reservation.
 SLOTS = 62
 SWAPS = 20  # conditional writes tried before a busy limit counts as throttling
 BUSY_WAIT_MS = 200
