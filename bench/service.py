@@ -684,7 +684,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds, default 3")
     p.add_argument("--runs", type=int, default=40, help="sequential runs per round, default 40")
-    p.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres or both")
+    p.add_argument("--backends", default="both", help="sqlite, postgres or both (default)")
     p.add_argument(
         "--baseline",
         metavar="DIR",
@@ -702,6 +702,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--collector", type=int, help=argparse.SUPPRESS)  # the collector's port
     args = p.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.backends == ["both"]:
+        args.backends = ["sqlite", "postgres"]
     if not args.backends or set(args.backends) - {"sqlite", "postgres"}:
         p.error("--backends takes sqlite, postgres or both")
     args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
