@@ -3,13 +3,14 @@
 A command answers in one process start, so its client is the standard library's
 ``http.client`` over one kept-alive connection, with no event loop: the SDK's ``AsyncClient``
 costs a command about 0.2 s of CPU in imports (httpx, anyio, asyncio) before its first byte,
-most of its start (bench/cli.py). The answers and errors are still the SDK's: typed results
-are read with ``lantern.sdk.models``' ``from_json``, an error answer raises the
-``lantern.sdk.errors`` tree (so the command prints it as one line), and requests are retried
-as ``lantern/sdk/retry.py`` says.
+most of its start (bench/cli.py). The answers and errors are still the SDK's: paths, queries
+and typed results go through ``lantern.sdk.wire`` as the SDK's do (``seg``, ``parsed`` with
+``lantern.sdk.models``' ``from_json``), an error answer raises the ``lantern.sdk.errors`` tree
+(so the command prints it as one line), and requests are retried as ``lantern/sdk/retry.py``
+says.
 
     with Api(url, key) as api:
-        run = Run.from_json(api.get(f"/v1/runs/{seg(run_id)}"))
+        run = parsed(Run.from_json, api.get(f"/v1/runs/{seg(run_id)}"))
         api.post(f"/v1/runs/{seg(run_id)}/cancel")
 
 Proxies from the environment (``HTTP_PROXY``...) are not used: a Lantern server is reached
@@ -21,17 +22,17 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Self, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any, Self
+from urllib.parse import urlencode, urlsplit
 
 from lantern.errors import UsageError
 from lantern.sdk.errors import ConnectionFailed, InvalidResponse, error_from_body
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport
+from lantern.sdk.wire import param
 
 USER_AGENT = "lantern-cli"
-T = TypeVar("T")
 
 
 class Api:
@@ -127,7 +128,7 @@ class Api:
         """Send, retrying as ``lantern/sdk/retry.py`` says; the answer's JSON, or the error
         it maps to."""
         target = self._prefix + path
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = {k: param(v) for k, v in (params or {}).items() if v is not None}
         if query:
             target += "?" + urlencode(query)
         sent_headers = dict(self._headers)
@@ -211,24 +212,3 @@ class _Unsent(Exception):
     def __init__(self, *, retried: bool) -> None:
         super().__init__()
         self.retried = retried
-
-
-def parsed(parse: Callable[[Any], T], data: Any) -> T:
-    """A typed result from an answer's JSON; ``InvalidResponse`` if it is not the API's shape."""
-    try:
-        return parse(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidResponse(f"unexpected answer from the server: {exc!r}") from exc
-
-
-def seg(value: str) -> str:
-    """One path segment, percent-encoded."""
-    return quote(str(value), safe="")
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{max(value, 0.0):g}"
-    return str(value)

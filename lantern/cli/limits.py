@@ -122,7 +122,7 @@ def set_limit(
     body = guarded(lambda: _definition(file, model, tpm, rpm, server))  # usage: one line, exit 2
 
     def through_server(api: Api) -> dict[str, Any]:
-        from lantern.cli.api import parsed, seg
+        from lantern.sdk.wire import parsed, seg
 
         return parsed(dict, api.put(f"/v1/limits/{seg(name)}", body))
 
@@ -143,7 +143,7 @@ def list_limits(ctx: click.Context, workspace: str, database_url: str | None) ->
     each one's last minute holds."""
 
     def through_server(api: Api) -> list[dict[str, Any]]:
-        from lantern.cli.api import parsed
+        from lantern.sdk.wire import parsed
 
         return parsed(lambda d: [dict(item) for item in d["items"]], api.get("/v1/limits"))
 
@@ -184,7 +184,7 @@ def delete_limit(
     """Delete the limit NAME (--server: the server's); calls it held are sent freely."""
 
     def through_server(api: Api) -> None:
-        from lantern.cli.api import seg
+        from lantern.sdk.wire import seg
 
         api.delete(f"/v1/limits/{seg(name)}", {"scope": "server"} if server else None)
 

@@ -76,8 +76,8 @@ def agents_apply(ctx: click.Context, file: Path, database_url: str | None) -> No
         fail(f"cannot read {file}: {' '.join(str(exc).split())}", 2)
 
     def through_server(api: Api) -> tuple[str, int]:
-        from lantern.cli.api import parsed, seg
         from lantern.sdk.models import Agent
+        from lantern.sdk.wire import parsed, seg
 
         if not isinstance(definition, dict):  # as the engine words it on a database
             raise DefinitionError(["the definition must be a JSON object"])
@@ -109,8 +109,8 @@ def agents_list(ctx: click.Context, database_url: str | None) -> None:
     s = settings(ctx)
 
     def through_server(api: Api) -> list[Any]:
-        from lantern.cli.api import parsed
         from lantern.sdk.models import Agent, Page
+        from lantern.sdk.wire import parsed
 
         found: list[Any] = []
         cursor = None
@@ -174,8 +174,8 @@ def run_agent(
     def through_server(api: Api) -> int:
         import secrets
 
-        from lantern.cli.api import parsed, seg
         from lantern.sdk.models import Run
+        from lantern.sdk.wire import parsed, seg
 
         body: dict[str, Any] = {"agentName": agent, "input": value}
         if priority is not None:
@@ -281,8 +281,8 @@ def runs_list(
     s = settings(ctx)
 
     def through_server(api: Api) -> list[Any]:
-        from lantern.cli.api import parsed
         from lantern.sdk.models import Page, Run
+        from lantern.sdk.wire import parsed
 
         data = api.get("/v1/runs", {"status": status, "agentName": agent_name, "limit": limit})
         return list(parsed(lambda d: Page.from_json(d, Run.from_json), data).items)
@@ -322,8 +322,8 @@ def runs_show(ctx: click.Context, run_id: str, database_url: str | None) -> None
     s = settings(ctx)
 
     def through_server(api: Api) -> tuple[Any, Any, Any]:
-        from lantern.cli.api import parsed, seg
         from lantern.sdk.models import Delivery, EventPage, Run
+        from lantern.sdk.wire import parsed, seg
 
         path = f"/v1/runs/{seg(run_id)}"
         got = parsed(Run.from_json, api.get(path))
@@ -355,8 +355,8 @@ def runs_resume(ctx: click.Context, run_id: str, version: str, database_url: str
     s = settings(ctx)
 
     def through_server(api: Api) -> Any:
-        from lantern.cli.api import parsed, seg
         from lantern.sdk.models import Run
+        from lantern.sdk.wire import parsed, seg
 
         data = api.post(f"/v1/runs/{seg(run_id)}/resume", {"version": version})
         return parsed(Run.from_json, data)

@@ -82,8 +82,8 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
         guarded(checked)
 
         def through_server(api: Api) -> None:
-            from lantern.cli.api import seg
             from lantern.sdk.errors import InvalidResponse
+            from lantern.sdk.wire import seg
 
             step = node or _only(
                 run_id, [p["nodeId"] for p in _pending(api, 500) if p.get("runId") == run_id]
@@ -130,7 +130,7 @@ def decision_command(verb: Literal["approve", "reject"]) -> click.Command:
 
 def _pending(api: Api, limit: int) -> list[dict[str, Any]]:
     """The workspace's pending approvals as the API gives them, oldest first."""
-    from lantern.cli.api import parsed
+    from lantern.sdk.wire import parsed
 
     data = api.get("/v1/approvals", {"status": "pending", "limit": limit})
     return parsed(lambda d: [dict(item) for item in d["items"]], data)
@@ -159,7 +159,7 @@ def cancel(ctx: click.Context, run_id: str, database_url: str | None) -> None:
     guarded(lambda: checked_run_id(run_id))
 
     def through_server(api: Api) -> str:
-        from lantern.cli.api import parsed, seg
+        from lantern.sdk.wire import parsed, seg
 
         return parsed(lambda d: str(d["status"]), api.post(f"/v1/runs/{seg(run_id)}/cancel"))
 
@@ -195,7 +195,7 @@ def retry(ctx: click.Context, run_id: str, from_step: str | None, database_url: 
     guarded(checked)
 
     def through_server(api: Api) -> str:
-        from lantern.cli.api import parsed, seg
+        from lantern.sdk.wire import parsed, seg
 
         body = {} if from_step is None else {"fromStep": from_step}
         made = api.post(f"/v1/runs/{seg(run_id)}/retry", body)
@@ -248,7 +248,7 @@ def signal(
     def through_server(api: Api) -> str:
         import secrets
 
-        from lantern.cli.api import parsed, seg
+        from lantern.sdk.wire import parsed, seg
 
         # Always a key (a random one unless given), so a lost answer is retried as one signal.
         key = {"Idempotency-Key": idempotency_key or secrets.token_hex(16)}
@@ -285,8 +285,8 @@ def approvals_list(ctx: click.Context, limit: int, as_json: bool, database_url: 
     s = settings(ctx)
 
     def through_server(api: Api) -> list[Any]:
-        from lantern.cli.api import parsed
         from lantern.sdk.models import PendingApproval
+        from lantern.sdk.wire import parsed
 
         return parsed(lambda d: [PendingApproval.from_json(i) for i in d], _pending(api, limit))
 

@@ -17,10 +17,9 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
-from urllib.parse import quote
+from typing import Any, Literal, Self
 
 import httpx
 
@@ -40,8 +39,8 @@ from lantern.sdk.models import (
 )
 from lantern.sdk.retry import Backoff, parse_retry_after, retry_status, retry_transport
 from lantern.sdk.stream import StreamItem, follow_stream
+from lantern.sdk.wire import param, parsed, seconds, seg
 
-T = TypeVar("T")
 # The request was never sent: retrying cannot do anything twice.
 NOT_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
@@ -130,7 +129,7 @@ class AsyncClient:
         body: dict[str, Any] = {"agentName": agent_name, "input": input}
         if priority is not None:
             body["priority"] = priority
-        params = None if wait is None else {"wait": _seconds(wait)}
+        params = None if wait is None else {"wait": seconds(wait)}
         extra = 0.0 if wait is None else max(wait, 0.0)
         data = await self._send(
             "POST",
@@ -141,15 +140,15 @@ class AsyncClient:
             params=params,
             extra=extra,
         )
-        return _parse(Run.from_json, data)
+        return parsed(Run.from_json, data)
 
     async def get_run(self, run_id: str, *, wait: float | None = None) -> Run:
         """The run. With ``wait`` (0 to 60 seconds), the server answers as soon as the run is
         finished, or when the wait is over with the run as it is then."""
-        params = None if wait is None else {"wait": _seconds(wait)}
+        params = None if wait is None else {"wait": seconds(wait)}
         extra = 0.0 if wait is None else max(wait, 0.0)
-        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}", params=params, extra=extra)
-        return _parse(Run.from_json, data)
+        data = await self._send("GET", f"/v1/runs/{seg(run_id)}", params=params, extra=extra)
+        return parsed(Run.from_json, data)
 
     async def list_runs(
         self,
@@ -162,7 +161,7 @@ class AsyncClient:
         """One page of runs, newest first."""
         params = {"status": status, "agentName": agent_name, "limit": limit, "cursor": cursor}
         data = await self._send("GET", "/v1/runs", params=params)
-        return _parse(lambda d: Page.from_json(d, Run.from_json), data)
+        return parsed(lambda d: Page.from_json(d, Run.from_json), data)
 
     async def iter_runs(
         self,
@@ -199,12 +198,12 @@ class AsyncClient:
     async def blob(self, run_id: str, ref: str) -> Any:
         """The value a ``sha256:`` reference in the run's journal stands for (an
         ``outputRef``); ``NotFound`` for a reference the run does not hold."""
-        return await self._send("GET", f"/v1/runs/{_seg(run_id)}/blobs/{_seg(ref)}")
+        return await self._send("GET", f"/v1/runs/{seg(run_id)}/blobs/{seg(ref)}")
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
         """The run's claimed deliveries and their status."""
-        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/deliveries")
-        return _parse(lambda d: [Delivery.from_json(item) for item in d["items"]], data)
+        data = await self._send("GET", f"/v1/runs/{seg(run_id)}/deliveries")
+        return parsed(lambda d: [Delivery.from_json(item) for item in d["items"]], data)
 
     async def follow(
         self, run_id: str, *, after: int = 0, poll: float = 0.5
@@ -230,7 +229,7 @@ class AsyncClient:
         committed, and ``TextDelta``/``TextReset`` items carrying model steps' text as it is
         generated, until the run's terminal event. A dropped connection is followed again with
         ``Last-Event-ID``, so no event is missed or repeated; ``LiveTexts`` assembles the text."""
-        path = f"/v1/runs/{_seg(run_id)}/stream"
+        path = f"/v1/runs/{seg(run_id)}/stream"
         async for item in follow_stream(
             self._http, run_id, path, after=after, backoff=self.backoff
         ):
@@ -264,7 +263,7 @@ class AsyncClient:
         body: dict[str, Any] = {"decision": decision}
         if comment is not None:
             body["comment"] = comment
-        path = f"/v1/runs/{_seg(run_id)}/approvals/{_seg(node_id)}"
+        path = f"/v1/runs/{seg(run_id)}/approvals/{seg(node_id)}"
         answer = await self._send("POST", path, safe=False, json=body)
         if not isinstance(answer, dict) or "decision" not in answer:
             raise InvalidResponse(f"unexpected answer to a decision: {answer!r}")
@@ -283,7 +282,7 @@ class AsyncClient:
         given), so it is safely retried: the same key sends one signal. A finished run raises
         ``ConflictError``."""
         key = idempotency_key or uuid.uuid4().hex
-        path = f"/v1/runs/{_seg(run_id)}/signals/{_seg(name)}"
+        path = f"/v1/runs/{seg(run_id)}/signals/{seg(name)}"
         answer = await self._send(
             "POST", path, safe=True, json={"payload": payload}, headers={"Idempotency-Key": key}
         )
@@ -295,38 +294,38 @@ class AsyncClient:
         """Cancel a queued, running or waiting run. A running run may come back still running
         with ``cancel_requested`` set while its replica stops it; ``wait()`` for the end. A run
         already finished raises ``ConflictError``."""
-        path = f"/v1/runs/{_seg(run_id)}/cancel"
-        return _parse(Run.from_json, await self._send("POST", path, safe=False))
+        path = f"/v1/runs/{seg(run_id)}/cancel"
+        return parsed(Run.from_json, await self._send("POST", path, safe=False))
 
     async def pending_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         """The approvals the workspace's runs wait on with no decision yet, oldest first."""
         params = {"status": "pending", "limit": limit}
         data = await self._send("GET", "/v1/approvals", params=params)
-        return _parse(lambda d: [PendingApproval.from_json(i) for i in d["items"]], data)
+        return parsed(lambda d: [PendingApproval.from_json(i) for i in d["items"]], data)
 
     async def retry(self, run_id: str, *, from_step: str | None = None) -> Run:
         """A new run of a failed or cancelled run's agent version that replays its completed
         steps before ``from_step`` (all of them when None) and runs on from there. A run that
         succeeded raises ``ConflictError``."""
         body = {} if from_step is None else {"fromStep": from_step}
-        path = f"/v1/runs/{_seg(run_id)}/retry"
-        return _parse(Run.from_json, await self._send("POST", path, safe=False, json=body))
+        path = f"/v1/runs/{seg(run_id)}/retry"
+        return parsed(Run.from_json, await self._send("POST", path, safe=False, json=body))
 
     async def resume(self, run_id: str, version: str) -> Run:
         """Move a code-first run waiting for a version of its code onto ``version``."""
-        path = f"/v1/runs/{_seg(run_id)}/resume"
+        path = f"/v1/runs/{seg(run_id)}/resume"
         body = {"version": version}
-        return _parse(Run.from_json, await self._send("POST", path, json=body, safe=False))
+        return parsed(Run.from_json, await self._send("POST", path, json=body, safe=False))
 
     async def receipt(self, run_id: str) -> Receipt:
         """The finished run's signed receipt (``ConflictError`` while it is unfinished)."""
-        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/receipt")
-        return _parse(Receipt.from_json, data)
+        data = await self._send("GET", f"/v1/runs/{seg(run_id)}/receipt")
+        return parsed(Receipt.from_json, data)
 
     async def receipt_keys(self) -> list[dict[str, Any]]:
         """The public keys that verify receipts, as JWKs (``kty`` OKP, ``crv`` Ed25519)."""
         data = await self._send("GET", "/v1/receipts/keys")
-        return _parse(lambda d: [dict(k) for k in d["keys"]], data)
+        return parsed(lambda d: [dict(k) for k in d["keys"]], data)
 
     # Agents
 
@@ -336,22 +335,22 @@ class AsyncClient:
         name = definition.get("name")
         if not isinstance(name, str) or not name:
             raise UsageError("an agent definition needs a non-empty string 'name'")
-        path = f"/v1/agents/{_seg(name)}"
+        path = f"/v1/agents/{seg(name)}"
         data = await self._send("PUT", path, safe=False, json=dict(definition))
-        return _parse(Agent.from_json, data)
+        return parsed(Agent.from_json, data)
 
     async def get_agent(self, name: str, *, version: int | None = None) -> Agent:
         """The agent's newest version, or the given one."""
         params = {"version": version}
-        data = await self._send("GET", f"/v1/agents/{_seg(name)}", params=params)
-        return _parse(Agent.from_json, data)
+        data = await self._send("GET", f"/v1/agents/{seg(name)}", params=params)
+        return parsed(Agent.from_json, data)
 
     async def list_agents(
         self, *, limit: int | None = None, cursor: str | None = None
     ) -> Page[Agent]:
         """One page of agents."""
         data = await self._send("GET", "/v1/agents", params={"limit": limit, "cursor": cursor})
-        return _parse(lambda d: Page.from_json(d, Agent.from_json), data)
+        return parsed(lambda d: Page.from_json(d, Agent.from_json), data)
 
     async def iter_agents(
         self, *, limit: int | None = None, cursor: str | None = None
@@ -368,77 +367,77 @@ class AsyncClient:
     async def workers(self) -> list[Worker]:
         """The replicas sharing the server's database (scope ``admin``)."""
         data = await self._send("GET", "/v1/workers")
-        return _parse(lambda d: [Worker.from_json(item) for item in d["items"]], data)
+        return parsed(lambda d: [Worker.from_json(item) for item in d["items"]], data)
 
     async def secrets(self) -> list[dict[str, Any]]:
         """The key's workspace's secrets: ``name``, ``createdAt`` and ``updatedAt`` each, never
         a value (scope ``secrets:read``)."""
         data = await self._send("GET", "/v1/secrets")
-        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+        return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
     async def set_secret(self, name: str, value: str) -> dict[str, Any]:
         """Set a secret of the key's workspace (scope ``secrets:write``); the answer names it
         and its times, never its value."""
-        path = f"/v1/secrets/{_seg(name)}"
-        return _parse(dict, await self._send("PUT", path, json={"value": value}))
+        path = f"/v1/secrets/{seg(name)}"
+        return parsed(dict, await self._send("PUT", path, json={"value": value}))
 
     async def delete_secret(self, name: str) -> None:
         """Delete a secret of the key's workspace (scope ``secrets:write``); ``NotFound`` when
         there is none of that name."""
-        await self._send("DELETE", f"/v1/secrets/{_seg(name)}", safe=False)
+        await self._send("DELETE", f"/v1/secrets/{seg(name)}", safe=False)
 
     async def put_schedule(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
         """Create or replace a schedule of the key's workspace (scope ``agents:write``):
         ``agentName``, ``input``, ``cron`` or ``every``, ``timezone``, ``overlap``, ``catchup``,
         ``paused`` (docs/schedules.md)."""
-        path = f"/v1/schedules/{_seg(name)}"
-        return _parse(dict, await self._send("PUT", path, json=dict(definition)))
+        path = f"/v1/schedules/{seg(name)}"
+        return parsed(dict, await self._send("PUT", path, json=dict(definition)))
 
     async def schedules(self) -> list[dict[str, Any]]:
         """The workspace's schedules by name, each with ``nextFireAt`` and ``lastRunId``."""
         data = await self._send("GET", "/v1/schedules")
-        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+        return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
     async def schedule(self, name: str) -> dict[str, Any]:
-        return _parse(dict, await self._send("GET", f"/v1/schedules/{_seg(name)}"))
+        return parsed(dict, await self._send("GET", f"/v1/schedules/{seg(name)}"))
 
     async def delete_schedule(self, name: str) -> None:
-        await self._send("DELETE", f"/v1/schedules/{_seg(name)}", safe=False)
+        await self._send("DELETE", f"/v1/schedules/{seg(name)}", safe=False)
 
     async def trigger_schedule(self, name: str) -> Run:
         """Start the schedule's run now, whatever its overlap policy (scope ``runs:execute``)."""
-        path = f"/v1/schedules/{_seg(name)}/trigger"
-        return _parse(Run.from_json, await self._send("POST", path, safe=False))
+        path = f"/v1/schedules/{seg(name)}/trigger"
+        return parsed(Run.from_json, await self._send("POST", path, safe=False))
 
     async def limits(self) -> list[dict[str, Any]]:
         """The rate limits the key's workspace's model calls are held to, its own and the
         server's, each with ``used`` (tokens and requests of its last minute); scope ``admin``
         or an operator key (docs/rate-limits.md)."""
         data = await self._send("GET", "/v1/limits")
-        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+        return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
     async def put_limit(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
         """Create or replace a rate limit: ``match`` (``{"model": GLOB}``),
         ``tokensPerMinute``, ``requestsPerMinute``, ``scope`` (``"server"``: an operator's)."""
-        path = f"/v1/limits/{_seg(name)}"
-        return _parse(dict, await self._send("PUT", path, json=dict(definition)))
+        path = f"/v1/limits/{seg(name)}"
+        return parsed(dict, await self._send("PUT", path, json=dict(definition)))
 
     async def delete_limit(self, name: str, *, server: bool = False) -> None:
         """Delete a rate limit of the workspace (``server``: of the server, an operator's);
         ``NotFound`` when there is none of that name."""
         params = {"scope": "server"} if server else None
-        await self._send("DELETE", f"/v1/limits/{_seg(name)}", params=params, safe=False)
+        await self._send("DELETE", f"/v1/limits/{seg(name)}", params=params, safe=False)
 
     async def runtime_nodes(self) -> list[dict[str, Any]]:
         """The runtime nodes that run microVM agents, their drivers, capacity and heartbeats
         (an operator key: ``lantern keys create --operator``)."""
         data = await self._send("GET", "/v1/runtime/nodes")
-        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+        return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
     async def vms(self, run_id: str) -> list[dict[str, Any]]:
         """A microVM run's VMs, oldest first: node, driver, state and why each ended."""
-        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/vms")
-        return _parse(lambda d: [dict(item) for item in d["items"]], data)
+        data = await self._send("GET", f"/v1/runs/{seg(run_id)}/vms")
+        return parsed(lambda d: [dict(item) for item in d["items"]], data)
 
     async def health(self) -> bool:
         """Whether the server answers its health check now (one attempt, no retries)."""
@@ -455,8 +454,8 @@ class AsyncClient:
         self, run_id: str, after: int, limit: int | None, expand: bool = False
     ) -> EventPage:
         params = {"after": after, "limit": limit, "expand": "outputs" if expand else None}
-        data = await self._send("GET", f"/v1/runs/{_seg(run_id)}/events", params=params)
-        return _parse(EventPage.from_json, data)
+        data = await self._send("GET", f"/v1/runs/{seg(run_id)}/events", params=params)
+        return parsed(EventPage.from_json, data)
 
     async def _send(
         self,
@@ -475,7 +474,7 @@ class AsyncClient:
         ``safe`` calls may be repeated without doing anything twice. ``extra`` seconds are
         added to the timeout (a long-poll's wait)."""
         retries = self.max_retries if retries is None else retries
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = {k: param(v) for k, v in (params or {}).items() if v is not None}
         attempt = 0
         while True:
             try:
@@ -525,32 +524,6 @@ def retry_transport_error(exc: httpx.TransportError, *, safe: bool) -> bool:
     if isinstance(exc, NEVER_RETRIED):
         return False
     return retry_transport(safe=safe, sent=not isinstance(exc, NOT_SENT))
-
-
-def _parse(parse: Callable[[Any], T], data: Any) -> T:
-    """A typed result from the answer's JSON; ``InvalidResponse`` if it is not the API's shape."""
-    try:
-        return parse(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidResponse(f"unexpected answer from the server: {exc!r}") from exc
-
-
-def _seg(value: str) -> str:
-    """One path segment, percent-encoded."""
-    return quote(str(value), safe="")
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _seconds(value)
-    return str(value)
-
-
-def _seconds(value: float) -> str:
-    """A number of seconds as the query wants it: ``30``, ``0.5``."""
-    return f"{max(value, 0.0):g}"
 
 
 def _describe(exc: httpx.TransportError) -> str:
