@@ -217,7 +217,16 @@ _CLAIM_LOCK = 0x4C414E43  # "LANC"
 # With it, JIT off for the claim's transaction: the planner's estimate for the walk (every
 # shown run of every workspace) passes the JIT threshold, and compiling cost a claim more
 # than all its reads (~250 ms on a loaded box with 10,000 queued runs).
-_LOCK = b"SELECT pg_advisory_xact_lock(%s), set_config('jit', 'off', true)"
+_LOCK = (
+    b"SELECT pg_advisory_xact_lock(%s), set_config('jit', 'off', true),"
+    b" set_config('idle_in_transaction_session_timeout', %s, true)"
+)
+# And a bound on how long the claim's transaction may sit idle between its statements: a
+# replica frozen mid-claim (SIGSTOP, a VM paused, a swap storm) would otherwise hold the lock,
+# and every replica's claims with it, until it thawed. PostgreSQL ends such a session after
+# this long, which frees the lock; the frozen replica finds its connection gone and claims
+# again. A SIGKILLed replica needs none of this: its connection closes.
+IDLE_CLAIM_LIMIT_MS = 10_000
 
 
 class _Read:
@@ -306,7 +315,7 @@ class Leases(PostgresConnection):
     ) -> list[Orphan]:
         args = {"worker": worker_id, "ttl": ttl, "limit": limit}
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(_LOCK, (_CLAIM_LOCK,))
+            await conn.execute(_LOCK, (_CLAIM_LOCK, str(IDLE_CLAIM_LIMIT_MS)))
             cur = await conn.execute(
                 _EXPIRED.format(statuses=_literal_statuses(statuses)).encode(), args
             )
@@ -357,7 +366,7 @@ class Leases(PostgresConnection):
 
     async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(_LOCK, (_CLAIM_LOCK,))
+            await conn.execute(_LOCK, (_CLAIM_LOCK, str(IDLE_CLAIM_LIMIT_MS)))
             cur = await conn.execute(_ONE.encode(), {"run": run_id})
             row = await cur.fetchone()
             if row is None or row[-1] not in ("queued", "waiting"):
