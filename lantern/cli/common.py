@@ -80,8 +80,9 @@ def server() -> Api | None:
 
 
 def remote() -> AsyncClient | None:
-    """The SDK's client of the server LANTERN_URL names (``server()``'s rule), for a command
-    that follows a run as it goes; None without it."""
+    """The SDK's client of the server LANTERN_URL names (``server()``'s rule), for the
+    commands that still go through the SDK (following a run, journal, receipts, runtime,
+    schedules, secrets, workers); None without it."""
     found = _address()
     if found is None:
         return None
