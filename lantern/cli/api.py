@@ -48,11 +48,11 @@ class Api:
         self, base_url: str, api_key: str, *, timeout: float = 30.0, max_retries: int = 3
     ) -> None:
         parts = urlsplit(base_url)
+        # Messages show the URL without any user:password in it: they reach terminals and logs.
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(
-                f"the Lantern server URL must start with http:// or https://: {base_url}"
-            )
-        self.base_url = base_url.rstrip("/")
+            raise UsageError(f"the Lantern server URL must start with http:// or https://: {shown}")
+        self.base_url = shown.rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = Backoff()
@@ -61,7 +61,7 @@ class Api:
         try:
             self._port = parts.port
         except ValueError as exc:
-            raise UsageError(f"the Lantern server URL has a bad port: {base_url}") from exc
+            raise UsageError(f"the Lantern server URL has a bad port: {shown}") from exc
         self._prefix = parts.path.rstrip("/")
         self._headers = {
             "Authorization": f"Bearer {api_key}",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lantern.errors import NotFound, UsageError
+from lantern.errors import DefinitionError, NotFound
 from lantern.models.limit_spec import check_name, parse_limit
 from lantern.models.throttle import definitions, used
 from lantern.store.model_limits import SERVER, ModelLimit, ModelLimitStore, limit_json
@@ -27,9 +27,13 @@ async def set_limit(store: ModelLimitStore, workspace: str, name: str, body: Any
     where = scope_of(workspace, spec.server)
     if await store.get_limit(where, name) is None:
         if len(await store.list_limits((where,))) >= MAX_LIMITS:
-            raise UsageError(
-                f"at most {MAX_LIMITS} rate limits per workspace (and for the server): every"
-                " model call reads them; delete one first"
+            # A refused definition, as a malformed one is: exit 1 on the CLI, 422 on the API.
+            raise DefinitionError(
+                [
+                    f"at most {MAX_LIMITS} rate limits per workspace (and for the server):"
+                    " every model call reads them; delete one first"
+                ],
+                "rate limit",
             )
     limit = await store.put_limit(
         where, name, spec.model, spec.tokens_per_minute, spec.requests_per_minute
