@@ -4,6 +4,7 @@ approved and cancelled: in the engine, through the API and through the SDK, on b
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -114,8 +115,14 @@ async def _until_waiting(client: AsyncClient, run_id: str) -> None:
 
 
 @pytest.fixture
+def api_server(module_server: Server) -> Server:
+    """The module's server (both backends): each test's key is in a workspace of its own."""
+    return module_server
+
+
+@pytest.fixture
 def key(api_server: Server) -> str:
-    return make_key(api_server.database_url, "big", ALL_SCOPES)
+    return make_key(api_server.database_url, f"big-{secrets.token_hex(4)}", ALL_SCOPES)
 
 
 async def test_approve_and_cancel_through_the_api_and_the_sdk(api_server: Server, key: str) -> None:
