@@ -1,28 +1,48 @@
 """The two starts that are not a replica's claim keep flow control (docs/flow-control.md), on
 both backends: ``lantern run --wait`` with no server (the CLI executes the run in its own
 process) and a parked code-first run adopted by a replica that has its version. Each waits
-while another run holds its concurrency key's slot, and starts once that run finishes."""
+while another run holds its concurrency key's slot, and starts once that run finishes.
+
+``lantern run --wait`` is tested for graph, plain and code-first agents. Not for microVM ones:
+the CLI's worker has no sandbox driver, so it hands a microVM run back queued for a server's
+runtime scheduler (tests/runtime/test_microvm_runs.py tests that one's concurrency key)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import runpy
 from pathlib import Path
+
+import pytest
 
 import lantern
 from lantern.engine.runs import create_run
 from lantern.engine.worker import Worker
 from lantern.store import Append, RunUpdate, Store
 from tests.conformance.helpers import ev
+from tests.fake_llm import FakeProvider, Script
 from tests.integration.test_cli import LANTERN, Cli
 
 KEY = {"key": "{{ input.customer }}", "limit": 1}
 GRAPH = {"nodes": [{"id": "start", "type": "trigger"}], "edges": []}
+KINDS = ("graph", "plain", "code")
+# The code-first agent, as a module the CLI loads with --app (and this test, to hold its slot).
+CODE_APP = f"""
+import lantern
+
+app = lantern.App()
 
 
-async def hold_slot(store: Store, agent: str) -> str:
+@app.agent("per-customer", version="v1", concurrency={KEY!r})
+async def run(ctx: lantern.Context, customer: str) -> str:
+    return str(await ctx.step("greet", lambda: "hi " + customer))
+"""
+
+
+async def hold_slot(store: Store, agent: str, app: lantern.App | None = None) -> str:
     """A run of acme claimed by another replica: it holds acme's slot until ``release``."""
-    holder = await create_run(store, agent, {"customer": "acme"})
+    holder = await create_run(store, agent, {"customer": "acme"}, app=app)
     leases = await store.claim_runs("replica", 60, 10, ("queued",))
     assert [lease.run_id for lease in leases] == [holder.id]
     return holder.id
@@ -35,18 +55,25 @@ async def release(store: Store, run_id: str) -> None:
     await store.append(Append(lease, (ev(2, "run_ended"),), RunUpdate("succeeded")))
 
 
+@pytest.mark.parametrize("kind", KINDS)
 async def test_lantern_run_wait_without_a_server_waits_for_its_keys_slot(
-    store: Store, database_url: str, tmp_path: Path
+    store: Store, database_url: str, tmp_path: Path, kind: str
 ) -> None:
-    await store.put_agent(
-        "default", "per-customer", {"name": "per-customer", "concurrency": KEY, "graph": GRAPH}
-    )
-    holder = await hold_slot(store, "per-customer")
+    name, app, flags = "per-customer", None, tuple[str, ...]()
+    if kind == "code":
+        (tmp_path / "per_customer.py").write_text(CODE_APP)
+        app = runpy.run_path(str(tmp_path / "per_customer.py"))["app"]
+        flags = ("--app", "per_customer:app")
+    else:
+        body = {"graph": GRAPH} if kind == "graph" else {"model": "gpt-4o-mini", "maxTokens": 30}
+        await store.put_agent("default", name, {"name": name, "concurrency": KEY, **body})
+    holder = await hold_slot(store, name, app)
     cli = Cli(database_url, tmp_path)
+    fake = FakeProvider(script=Script(["Hi."])).start()  # the plain agent's model
     proc = await asyncio.create_subprocess_exec(
         str(LANTERN),
-        *("run", "per-customer", "--wait", "--input", json.dumps({"customer": "acme"})),
-        env=cli.env,
+        *("run", name, "--wait", "--input", json.dumps({"customer": "acme"}), *flags),
+        env={**cli.env, **fake.env()},
         cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -61,12 +88,14 @@ async def test_lantern_run_wait_without_a_server_waits_for_its_keys_slot(
         await release(store, holder)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:
+        fake.close()
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
     assert proc.returncode == 0, (out, err)
     assert json.loads(out)["status"] == "succeeded"
     assert json.loads(out)["id"] == mine[0].id
+    assert len(fake.calls()) == (1 if kind == "plain" else 0)
 
 
 def versioned(version: str) -> lantern.App:
