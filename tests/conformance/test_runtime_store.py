@@ -97,6 +97,28 @@ async def test_only_microvm_runs_without_a_live_lease_need_a_vm(store: Store) ->
     assert again is not None and again.epoch == lease.epoch + 1
 
 
+async def test_a_flow_controlled_microvm_run_needs_a_vm_only_once_a_claim_took_it(
+    store: Store,
+) -> None:
+    """The claim alone counts a concurrency key's slots (docs/flow-control.md): a queued run
+    under flow control that no claim leased is not the scheduler's to place, or a key's second
+    run would start in a VM beside its first. A run without flow control is offered at once."""
+    keyed = {**MICROVM, "name": "keyed", "concurrency": {"key": "{{ input.c }}", "limit": 1}}
+    await store.put_agent("default", "keyed", keyed)
+    first = await create_run(store, "keyed", {"c": "acme"})
+    second = await create_run(store, "keyed", {"c": "acme"})
+    assert await store.runs_needing_vm(10) == []
+    [lease] = await store.claim_runs("replica", 30, 10, ("queued",))  # acme's one slot
+    assert lease.run_id == first.id
+    assert await store.runs_needing_vm(10) == []  # the claim's lease is live
+    await store.release_lease(lease)  # as Scheduler.adopt leaves it when it does not lead
+    assert await store.runs_needing_vm(10) == [first.id]  # not acme's second
+    await store.put_agent("default", "job", MICROVM)
+    free = await create_run(store, "job", {})
+    assert await store.runs_needing_vm(10) == [first.id, free.id]
+    assert (await store.get_run(second.id)).status == "queued"  # type: ignore[union-attr]
+
+
 async def test_a_stopped_node_is_lost_and_a_registered_one_is_up(store: Store) -> None:
     await store.register_node(node("n1"))
     now = datetime.now(UTC)

@@ -251,7 +251,10 @@ def test_a_vm_runs_only_what_its_app_registers_for_the_run_s_workspace(shared: C
 
 def test_a_microvm_agents_concurrency_key_holds_one_run_at_a_time(shared: Cluster) -> None:
     """Flow control for the microVM kind (docs/flow-control.md), end to end: a key's second
-    run starts only after its first ended, while another key's run is not held back."""
+    run starts only after its first ended, while another key's run is not held back. (The
+    query this rests on, runs_needing_vm, is tested on both backends in tests/conformance/
+    test_runtime_store.py; this cluster is SQLite's: one on PostgreSQL for this test alone
+    would add some 11 s, its start, this run and its stop.)"""
     runtime = {"tier": "microvm", "entrypoint": "jobs:per_customer", "driver": "sandbox"}
     definition = {
         "name": "vm-per-customer",
