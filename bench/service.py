@@ -634,7 +634,8 @@ def marginal_us(ten: Tally, one: Tally) -> float:
 
 def report(results: Sequence[Result]) -> None:
     for r in results:
-        modes = [m for m in (HTTP, BASE, LOCAL) if any(k[1] == m for k in r.tallies)]
+        # A mode measured in the latency section only (--sections latency) is shown too.
+        modes = [m for m in (HTTP, BASE, LOCAL) if m in r.one or any(k[1] == m for k in r.tallies)]
         print()
         print(f"{r.backend}: steps/s, CPU µs per step (server process; this one in-process)")
         head = f"{'section':16}" + "".join(f"{m:>26}" for m in modes)
