@@ -563,7 +563,9 @@ async def bench_backend(
                         out = await local.batch(agent, count, lanes)
                         tally.add(steps, out, time.process_time() - cpu)
             # POST -> finished for a 1-step run: one request, then two.
-            for mode, served in servers.items() if "latency" in args.sections else ():
+            # Interleaved as the sections above: which server goes first alternates by round.
+            order = list(servers.items())[:: -1 if k % 2 else 1]
+            for mode, served in order if "latency" in args.sections else ():
                 for one_request, into in ((True, result.one), (False, result.two)):
                     out = await served.batch(
                         Tally(),
