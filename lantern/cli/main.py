@@ -201,6 +201,12 @@ def run_agent(
 
         app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
+            if wait and await _isolated(store, agent):
+                # This process has no runtime node to place it on: refuse before creating it.
+                raise UsageError(
+                    f"{agent} runs in a microVM: --wait needs a server with a runtime node"
+                    " (LANTERN_URL); without --wait the run is queued for one"
+                )
             created = await create_run(
                 store, agent, value, app=app, priority=5 if priority is None else priority
             )
@@ -251,6 +257,11 @@ def run_agent(
         return 0 if finished.status == "succeeded" else 1
 
     sys.exit(server_or_database(through_server, on_database))
+
+
+async def _isolated(store: Any, agent: str) -> bool:
+    stored = await store.get_agent(DEFAULT_WORKSPACE, agent)
+    return stored is not None and "runtime" in stored.definition
 
 
 def _queued(run: Any) -> None:

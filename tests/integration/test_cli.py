@@ -195,6 +195,11 @@ def test_run_usage_and_lookup_errors(cli: Cli) -> None:
     assert "agent 'unknown-agent' not found" in error
     error = cli.fails("runs", "show", "run_unknown", status=1)
     assert "run_unknown" in error and "not found" in error
+    # A microVM agent's run needs a runtime node, which this process is not: refused up front
+    # rather than left queued with the command exiting as if it had failed.
+    cli.apply({"name": "scrape", "runtime": {"tier": "microvm", "entrypoint": "jobs:scrape"}})
+    error = cli.fails("run", "scrape", "--wait", status=2)
+    assert "scrape runs in a microVM: --wait needs a server with a runtime node" in error
     # none of them created a run
     assert table_rows(cli("runs", "list").stdout) == []
 
