@@ -24,7 +24,7 @@ is decided by ``admits``, under the same lock and with the same counts.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,30 @@ def pick(
             if len(chosen) >= limit:
                 break
     return chosen
+
+
+def own_candidate(row: Sequence[Any] | None) -> Candidate | None:
+    """The run a start of its own asks for, from the backend's one-run read (its candidate
+    columns, then its status): None unless it is queued or parked."""
+    if row is None or row[-1] not in ("queued", "waiting"):
+        return None
+    found, ws, agent, priority, at, key, limit, most, status = row
+    return Candidate(found, ws, agent, priority, at, key, limit, most, status != "queued")
+
+
+def own_counts_args(run: Candidate) -> dict[str, Any]:
+    """The arguments of the backend's counts for ``admits``: the slots ``run``'s group and
+    agent hold, and its group's runs queued ahead of it (read only as far as its limits)."""
+    return {
+        "run": run.id,
+        "ws": run.workspace,
+        "agent": run.agent_name,
+        "key": run.flow_key,
+        "queued": not run.woken,
+        "priority": run.priority,
+        "at": run.created_at,
+        "reach": max(run.flow_limit or 0, run.flow_max or 0),
+    }
 
 
 def admits(run: Candidate, ahead: int, group_held: int, agent_held: int) -> bool:

@@ -11,7 +11,18 @@ from typing import Any
 
 from psycopg.rows import TupleRow
 
-from lantern.store.claims import Candidate, Entry, Group, Slots, Walk, admits, marks, pick
+from lantern.store.claims import (
+    Candidate,
+    Entry,
+    Group,
+    Slots,
+    Walk,
+    admits,
+    marks,
+    own_candidate,
+    own_counts_args,
+    pick,
+)
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
 
@@ -368,23 +379,11 @@ class Leases(PostgresConnection):
         async with self._connection() as conn, conn.transaction():
             await conn.execute(_LOCK, (_CLAIM_LOCK, str(IDLE_CLAIM_LIMIT_MS)))
             cur = await conn.execute(_ONE.encode(), {"run": run_id})
-            row = await cur.fetchone()
-            if row is None or row[-1] not in ("queued", "waiting"):
+            run = own_candidate(await cur.fetchone())
+            if run is None:
                 return None
-            found, ws, agent, priority, at, key, limit, most, status = row
-            run = Candidate(found, ws, agent, priority, at, key, limit, most, status != "queued")
             if run.flow_key is not None:
-                args = {
-                    "run": run_id,
-                    "ws": run.workspace,
-                    "agent": run.agent_name,
-                    "key": run.flow_key,
-                    "queued": not run.woken,
-                    "priority": run.priority,
-                    "at": run.created_at,
-                    "reach": max(run.flow_limit or 0, run.flow_max or 0),
-                }
-                cur = await conn.execute(_ON_ITS_OWN.encode(), args)
+                cur = await conn.execute(_ON_ITS_OWN.encode(), own_counts_args(run))
                 counts = await cur.fetchone()
                 assert counts is not None
                 group_held, agent_held, ahead = counts

@@ -17,6 +17,8 @@ from lantern.store.claims import (
     Walk,
     admits,
     marks,
+    own_candidate,
+    own_counts_args,
     pick,
 )
 from lantern.store.records import ACTIVE, Lease, Orphan, RunStatus, WorkerInfo
@@ -261,23 +263,12 @@ class Leases(SQLiteConnection):
 
     async def claim_run(self, run_id: str, worker_id: str, ttl: float) -> Lease | None:
         def tx(conn: sqlite3.Connection) -> Lease | None:
-            row = _one(conn.execute(_ONE, (run_id,)).fetchall())
-            if row is None or row[-1] not in ("queued", "waiting"):
+            run = own_candidate(_one(conn.execute(_ONE, (run_id,)).fetchall()))
+            if run is None:
                 return None
-            found, ws, agent, priority, at, key, limit, most, status = row
-            run = Candidate(found, ws, agent, priority, at, key, limit, most, status != "queued")
             if run.flow_key is not None:
-                args = {
-                    "run": run_id,
-                    "ws": run.workspace,
-                    "agent": run.agent_name,
-                    "key": run.flow_key,
-                    "queued": not run.woken,
-                    "priority": run.priority,
-                    "at": run.created_at,
-                    "reach": max(run.flow_limit or 0, run.flow_max or 0),
-                }
-                group_held, agent_held, ahead = conn.execute(_ON_ITS_OWN, args).fetchall()[0]
+                counts = conn.execute(_ON_ITS_OWN, own_counts_args(run)).fetchall()[0]
+                group_held, agent_held, ahead = counts
                 if not admits(run, ahead, group_held, agent_held):
                     return None
             lease = self._upsert_lease(conn, run_id, worker_id, ttl, False)
