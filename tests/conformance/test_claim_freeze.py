@@ -8,32 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
-from lantern.store import Store, open_store
+from lantern.store import Store
 from lantern.store.postgres import leases
 from tests.conformance.helpers import new_run
 
 
 @pytest.fixture
-async def store(pg_url: str) -> AsyncIterator[Store]:
-    s = open_store(pg_url)
-    await s.open()
-    yield s
-    await s.close()
+def database_url(pg_url: str) -> str:
+    return pg_url  # PostgreSQL only, for the shared store fixture
 
 
 async def test_a_replica_frozen_in_its_claim_does_not_stall_the_others(
-    store: Store, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(leases, "IDLE_CLAIM_LIMIT_MS", 1_000)
     run = await new_run(store)
     # The frozen replica: its claim took the lock with the claim's own statement, then stopped
     # sending anything, as a process stopped between two of the claim's statements does.
-    frozen = await psycopg.AsyncConnection.connect(pg_url)
+    frozen = await psycopg.AsyncConnection.connect(database_url)
     try:
         await frozen.execute("BEGIN")
         await frozen.execute(leases._LOCK, (leases._CLAIM_LOCK, str(leases.IDLE_CLAIM_LIMIT_MS)))

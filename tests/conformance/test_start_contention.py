@@ -13,29 +13,21 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
-from lantern.store import RunUpdate, Store, open_store
+from lantern.store import RunUpdate, Store
 from tests.conformance.helpers import ev, new_run
 
 TTL = 60.0
 
 
 @pytest.fixture
-def url(pg_url: str) -> str:
-    # A name of its own: this store's sessions are found in pg_stat_activity by it.
+def database_url(pg_url: str) -> str:
+    # PostgreSQL only, for the shared store fixture; with a name of its own, so this store's
+    # sessions are found in pg_stat_activity by it.
     return f"{pg_url}&application_name=start_{secrets.token_hex(4)}"
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[Store]:
-    s = open_store(url)
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def start(store: Store, run_id: str, worker: str = "w1") -> object:
@@ -43,11 +35,11 @@ async def start(store: Store, run_id: str, worker: str = "w1") -> object:
 
 
 async def test_a_start_does_not_wait_for_a_claim_serving_its_workspace(
-    store: Store, url: str
+    store: Store, database_url: str
 ) -> None:
     first, second = await new_run(store), await new_run(store)
     assert await start(store, first.id) is not None  # its workspace is marked served
-    async with await psycopg.AsyncConnection.connect(url) as claim:
+    async with await psycopg.AsyncConnection.connect(database_url) as claim:
         # A claim of the same workspace, between marking it served and its commit.
         await claim.execute(
             "UPDATE workspace_claims SET claimed_at = now() WHERE workspace = 'default'"
@@ -59,13 +51,15 @@ async def test_a_start_does_not_wait_for_a_claim_serving_its_workspace(
     assert stored is not None and stored.status == "running"
 
 
-async def test_a_start_and_a_claim_of_the_same_run_do_not_deadlock(store: Store, url: str) -> None:
+async def test_a_start_and_a_claim_of_the_same_run_do_not_deadlock(
+    store: Store, database_url: str
+) -> None:
     run = await new_run(store)
-    async with await psycopg.AsyncConnection.connect(url) as claim:
+    async with await psycopg.AsyncConnection.connect(database_url) as claim:
         # A claim that chose the run: its row locked, its lease about to be written.
         await claim.execute("SELECT id FROM runs WHERE id = %s FOR NO KEY UPDATE", (run.id,))
         starting = asyncio.create_task(start(store, run.id))
-        app = url.rsplit("application_name=", 1)[1]
+        app = database_url.rsplit("application_name=", 1)[1]
         deadline = time.monotonic() + 10
         while True:  # the start is waiting on the claim's lock
             cur = await claim.execute(
