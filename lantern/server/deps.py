@@ -30,6 +30,13 @@ class Services:
     app: App | None = None  # the user's app (--app), when the server loaded one
     # Open streams and long-polls per key (LANTERN_STREAMS_PER_KEY)
     streams: Streams = field(default_factory=lambda: Streams(256))
+    verified: auth.Verified = field(default_factory=auth.Verified)  # keys verified lately
+
+    async def authenticate(self, request: Request) -> ApiKey:
+        """The request's API key (401 without a valid one), not yet checked for a scope."""
+        return await auth.authenticate(
+            self.store, request.headers.get("authorization"), self.verified
+        )
 
     def knows_tool(self, workspace: str) -> Callable[[str], bool] | None:
         """Whether the loaded app registers a tool for ``workspace``, or None when no app
@@ -50,7 +57,7 @@ def scope(name: str) -> Callable[[Request], Awaitable[ApiKey]]:
 
     async def check(request: Request) -> ApiKey:
         s = services(request)
-        key = await auth.authenticate(s.store, request.headers.get("authorization"))
+        key = await s.authenticate(request)
         s.limiter.take(key.id)
         auth.require(key, name)
         return key

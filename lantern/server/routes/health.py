@@ -49,7 +49,7 @@ async def metrics(request: Request) -> Response:
     if not s.settings.metrics_public:
         # LANTERN_METRICS=admin: an admin key of the operator's workspace (or, with none
         # named, any admin key) reads them.
-        key = await auth.authenticate(s.store, request.headers.get("authorization"))
+        key = await s.authenticate(request)
         auth.require(key, "admin")
         operator = s.settings.operator_workspace
         if operator is not None and key.workspace != operator:

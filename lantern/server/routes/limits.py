@@ -14,7 +14,6 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from lantern.models import limit_admin
 from lantern.models.limit_spec import check_name, parse_limit
-from lantern.server import auth
 from lantern.server.auth import OPERATOR, require
 from lantern.server.deps import services
 from lantern.server.schemas import PROBLEMS
@@ -28,7 +27,7 @@ Scope = Annotated[Literal["workspace", "server"], Query(alias="scope")]
 async def _key(request: Request) -> ApiKey:
     """The request's key: an admin key of a workspace or an operator key (checked per use)."""
     s = services(request)
-    key = await auth.authenticate(s.store, request.headers.get("authorization"))
+    key = await s.authenticate(request)
     s.limiter.take(key.id)
     if OPERATOR not in key.scopes:
         require(key, "admin")

@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse
 
 from lantern.engine.rerun import retry_run
 from lantern.observability import logs
-from lantern.server import auth
 from lantern.server.deps import owned_run, scope, services
 from lantern.server.schemas import PROBLEMS, KeyOut, PendingApprovalList, RetryRun, RunOut
 from lantern.store.records import ApiKey
@@ -48,7 +47,7 @@ async def approvals(
 @router.get("/keys/self", response_model=KeyOut)
 async def whoami(request: Request) -> dict[str, Any]:
     """The calling key: its id, name, workspace and scopes (never its secret)."""
-    key = await auth.authenticate(services(request).store, request.headers.get("authorization"))
+    key = await services(request).authenticate(request)
     return {
         "id": key.id,
         "name": key.name,
