@@ -52,17 +52,10 @@ class Guard:
                 await problem(422, detail)(scope, receive, send)
                 return
             receive = _replay(body, disconnected, receive)
-        seen = 0
+        else:
+            # Another method's body (a GET with one, rare) is counted as the app reads it.
+            receive = self._limited(receive)
         started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
@@ -70,7 +63,7 @@ class Guard:
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, receive, tracking_send)
         except _TooLarge:
             if not started:
                 await problem(413, self._too_large)(scope, receive, send)
@@ -82,6 +75,20 @@ class Guard:
                 await problem(500, "the server could not complete the request")(
                     scope, receive, send
                 )
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        return limited_receive
 
     async def _read(self, receive: Receive) -> tuple[bytes, bool]:
         chunks: list[bytes] = []
@@ -105,9 +112,7 @@ class Guard:
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         headers = dict(scope["headers"])
         raw_path = scope.get("raw_path") or scope["path"].encode()
-        if b"\x00" in unquote_to_bytes(raw_path) or b"\x00" in unquote_to_bytes(
-            scope.get("query_string", b"")
-        ):
+        if _has_nul(raw_path) or _has_nul(scope.get("query_string", b"")):
             return 422, "NUL characters are not accepted in the path or the query"
         declared = headers.get(b"content-length")
         if declared is not None and not declared.isdigit():
@@ -120,6 +125,11 @@ class Guard:
         if has_body and scope["method"] in ("POST", "PUT", "PATCH") and not is_json:
             return 400, "the request body must be application/json"
         return None
+
+
+def _has_nul(raw: bytes) -> bool:
+    """A NUL byte, sent as is or percent-encoded: decoding only what may hold one."""
+    return b"\x00" in raw or (b"%00" in raw and b"\x00" in unquote_to_bytes(raw))
 
 
 def _replay(body: bytes, disconnected: bool, receive: Receive) -> Receive:
