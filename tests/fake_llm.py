@@ -1,7 +1,8 @@
 """A fake model provider: a real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions
 (``POST /v1/chat/completions``) and Anthropic messages (``POST /v1/messages``) wire formats.
 
-It records every request's headers and body, answers a repeated Idempotency-Key with the
+It records every request it receives whole (headers and body; one whose body never arrived,
+its sender killed mid-request, is no request), answers a repeated Idempotency-Key with the
 first (successful) answer, as a provider would, and is scriptable: ``fail(model, 503)``
 makes a model answer errors (``retry_after=`` adds that header, as a rate-limited provider
 does), ``hold()`` keeps the next requests in flight until
@@ -100,7 +101,15 @@ class FakeProvider:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if len(raw) < length:
+                    # The caller died between its headers and its body (a crash test's
+                    # SIGKILL): no request arrived, so none is recorded, answered or keyed.
+                    # Read as ``{}``, it was once answered as a conversation's first turn and
+                    # that answer cached under the key, for the re-sent request to get.
+                    self.close_connection = True
+                    return
+                body = json.loads(raw or b"{}")
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 status, answer, extra = fake._handle(request)
                 try:
