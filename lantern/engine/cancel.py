@@ -4,7 +4,9 @@ A run that a replica is executing is stopped by that replica: its lease keeper s
 within about half a second, cancels the steps in flight and journals ``run_cancelled`` itself,
 so the journal keeps one writer. A queued or parked run holds no live lease, so it is finished
 here; so is a run whose drive gave its lease up (parked, stopped) before its keeper looked: the
-drive finds the flag then (``finish_if_free``).
+drive finds the flag then (``finish_if_free``). Both may try at once (a cancel that lands as
+the drive lets go): one takes the lease and finishes the run, and the cancel that lost waits
+for that, so it answers with the run cancelled as it does for any queued or parked run.
 Cancelling a run cancels the runs its sub-agents started, and theirs.
 """
 
@@ -20,6 +22,12 @@ from lantern.errors import Conflict, NotFound
 from lantern.store.base import Store
 from lantern.store.records import Append, Lease, Run, RunUpdate
 from lantern.store.runtime import Vm
+
+# How long a cancel waits for the holder of a queued or parked run's lease to act on the flag
+# (one commit, or a drive's opening: well under a second), and how often it reads the run
+# meanwhile (the safety net for a commit notification missed, as from another process).
+SETTLE_S = 5.0
+REREAD_S = 0.05
 
 
 async def cancel_run(store: Store, run_id: str, worker_id: str, ttl: float) -> Run:
@@ -50,18 +58,52 @@ async def _cancel(store: Store, run_id: str, worker_id: str, ttl: float) -> None
     vm = await vm_cancel.end_live_vm(store, run_id)
     if vm is not None and await vm_cancel.finish_taken(store, vm, ttl):
         return
-    await finish_if_free(store, run_id, worker_id, ttl, vm)
+    await _finish_or_wait(store, run_id, worker_id, ttl, vm)
+
+
+async def _finish_or_wait(
+    store: Store, run_id: str, worker_id: str, ttl: float, vm: Vm | None
+) -> None:
+    """Finish the flagged run here, or leave it to the live lease holder that will. A queued
+    or parked run's lease is held only for a moment, by someone about to act on the flag:
+    another party finishing the cancellation (the drive that parked it, finding the flag as it
+    let go; another cancel), or a drive opening the run, which cancels it or shows it running.
+    Wait for that (``SETTLE_S`` at most: a holder that died leaves the run to the sweep's
+    drive), taking the lease whenever it is let go; a running run is its drive's to stop."""
+
+    async def settled() -> bool:
+        """Finished here, or no longer queued or parked (finished, or running: its drive
+        stops it)."""
+        if await finish_if_free(store, run_id, worker_id, ttl, vm):
+            return True
+        run = await store.get_run(run_id)
+        return run is None or run.status not in ("queued", "waiting")
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_S
+    if await settled():
+        return
+    # Subscribed only now: most cancels never wait (a commit before it costs one re-read).
+    with store.notifier.subscribe(run_id) as sub:
+        while (left := deadline - loop.time()) > 0:
+            if sub.finished:  # heard of its end, yet read before it: never a busy loop
+                await asyncio.sleep(min(left, REREAD_S))
+            else:
+                await sub.until_finished(timeout=min(left, REREAD_S))
+            if await settled():
+                return
 
 
 async def finish_if_free(
     store: Store, run_id: str, worker_id: str, ttl: float, vm: Vm | None = None
-) -> None:
+) -> bool:
     """Journal a flagged run's cancellation unless a live lease holder will (a holder, even
     in this process, cancels its run itself); ``vm``: a VM of the run the cancel ended before
-    its runtime node took it."""
+    its runtime node took it. False: a live holder has the run."""
     lease = await store.acquire_lease(run_id, _holder(worker_id), ttl, reclaim=False)
     if lease is not None:
         await _finish(store, lease, ttl, vm)
+    return lease is not None
 
 
 def _holder(worker_id: str) -> str:

@@ -250,6 +250,31 @@ async def test_cancelling_a_waiting_run_finishes_it_at_once(store: Store, worker
         await decide(store, cancelled, "ok", "approved", "key:ada")
 
 
+async def test_a_cancel_that_finds_a_waiting_run_held_waits_and_answers_it_cancelled(
+    store: Store, worker: Worker
+) -> None:
+    # A cancel that lands as the drive that parked the run lets go races that drive's own look
+    # for the flag (cancel.finish_if_free): one of them takes the lease and finishes the run.
+    # The cancel that lost answered "waiting" (tests/integration/test_large_outputs.py flaked
+    # so). Here the other party holds the lease as a cancel's finisher does, then lets go
+    # unfinished: the cancel waits, then finishes the run itself. The race and the wait are
+    # the same for every kind of run with a drive (graph, plain, code-first), and for a
+    # microVM run whose VM no runtime node has taken (vm_cancel): they look only at the
+    # run's status and lease.
+    await apply_agent(store, GATE)
+    run = await create_run(store, "gate", {"item": "x"})
+    await until(store, run.id, "waiting")
+    assert await store.request_cancel(run.id)
+    other = await store.acquire_lease(run.id, "w2:cancel", 60, reclaim=False)
+    assert other is not None
+    cancelling = asyncio.create_task(cancel_run(store, run.id, "api", 60))
+    await asyncio.sleep(0.3)
+    await store.release_lease(other)
+    cancelled = await cancelling
+    assert cancelled.status == "cancelled"
+    assert (await kinds(store, run.id)).count("run_cancelled") == 1
+
+
 async def test_cancelling_a_parent_cancels_its_running_child(store: Store, worker: Worker) -> None:
     await apply_agent(store, graph("slow-child", [tool("b", "block")], [("start", "b")]))
     await apply_agent(
