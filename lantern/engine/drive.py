@@ -362,7 +362,7 @@ class Drive(ABC):
             )
             if failed is not None:
                 return [event], failed
-            tracing.recovered(self.run.id, replayed, before, recoveries + 1)
+            tracing.recovered(replayed, before, recoveries + 1)
             events, update = [event], None
         else:
             events = [w.event(ev.RUN_STARTED, {"worker": self.host.worker_id})]
@@ -449,9 +449,7 @@ class Drive(ABC):
     ) -> asyncio.Task[Any]:
         """The step attempt's work as a task (``performed``): observed, cancelled past
         ``timeout`` seconds, failing with the attempt's StepError."""
-        return performed(
-            work, self.run.id, step, self.step_type(step), attempt, self.key(step, attempt), timeout
-        )
+        return performed(work, step, self.step_type(step), attempt, timeout)
 
     def settle(
         self,
@@ -539,12 +537,10 @@ class Drive(ABC):
         return await self.host.baseline(self.run.workspace, self.run.agent_name)
 
 
-async def observed(
-    work: Awaitable[Any], run_id: str, step: str, step_type: str, attempt: int, key: str
-) -> Any:
+async def observed(work: Awaitable[Any], step: str, step_type: str, attempt: int) -> Any:
     """One step attempt, observed: its span (current while the work runs, so ``traceparent``
     rides on its requests), its duration, and the model usage its answer names."""
-    span = tracing.start_step(run_id, step, step_type, attempt, key)
+    span = tracing.start_step(step, step_type, attempt)
     started = time.perf_counter()
     try:
         output = await work
@@ -562,13 +558,7 @@ async def observed(
 
 
 def performed(
-    work: Awaitable[Any],
-    run_id: str,
-    step: str,
-    step_type: str,
-    attempt: int,
-    key: str,
-    timeout: float | None = None,
+    work: Awaitable[Any], step: str, step_type: str, attempt: int, timeout: float | None = None
 ) -> asyncio.Task[Any]:
     """One step attempt's work as a task, for every drive (a microVM's too): observed, cut
     at ``timeout`` seconds, and raising the attempt's StepError (``ledger.step_error``) for
@@ -577,7 +567,7 @@ def performed(
     lost lease) and a cancellation go through as they are."""
     if timeout is not None:
         work = _within(work, timeout, step)
-    return asyncio.ensure_future(observed(_failing(work), run_id, step, step_type, attempt, key))
+    return asyncio.ensure_future(observed(_failing(work), step, step_type, attempt))
 
 
 async def _failing(work: Awaitable[Any]) -> Any:

@@ -16,14 +16,17 @@ The design:
   ``lantern.agent``, ``lantern.recovered`` (and on a resume ``lantern.recovery`` and
   ``lantern.from_worker``), and the status the run reached when the drive ended.
 - **A span per step attempt** ``step <id>``, a child of its drive's span and *current* while
-  the step runs (so ``inject_headers`` puts it in ``traceparent``): ``lantern.run_id``,
-  ``lantern.step_id``, ``lantern.node_type``, ``lantern.attempt``, ``lantern.idempotency_key``,
-  ``lantern.replayed`` (false), token usage when the output carries ``usage`` (and
-  ``gen_ai.*`` when it names its model and provider), and an error status when it fails.
+  the step runs (so ``inject_headers`` puts it in ``traceparent``): ``lantern.step_id``,
+  ``lantern.node_type``, ``lantern.attempt``, ``lantern.replayed`` (false), token usage when
+  the output carries ``usage`` (and ``gen_ai.*`` when it names its model and provider), and an
+  error status when it fails. The run id is its drive's (``lantern.run_id`` there) and the
+  idempotency key derives from the three (``lantern.ids.idempotency_key``): neither is repeated
+  on every step, each attribute costing every step's span its validation and its encoding. A
+  step with no drive span above it (a microVM's) carries ``lantern.run_id`` itself.
 - **Replayed steps**: a re-drive serves finished steps from the journal without invoking them;
   each gets a zero-length span with the same attributes and ``lantern.replayed=true`` (with the
-  attempt and idempotency key the journal recorded), so a trace viewer shows every step of the
-  run on every drive, the replayed ones marked.
+  attempt the journal recorded), so a trace viewer shows every step of the run on every drive,
+  the replayed ones marked.
 
 A process killed mid-step never exports that step's span (OpenTelemetry exports ended spans);
 the re-run on the next drive has the same attempt and idempotency key.
@@ -58,7 +61,6 @@ from opentelemetry.trace import (
 
 from lantern import __version__
 from lantern.errors import StepError
-from lantern.ids import idempotency_key
 
 
 class RunFacts(Protocol):
@@ -93,6 +95,8 @@ _tracer: trace.Tracer | None = None
 _provider: TracerProvider | None = None
 # False inside a drive whose span its sampler left out: its steps make no spans either.
 _recording: ContextVar[bool] = ContextVar("lantern_trace_recording", default=True)
+# The run whose steps have no drive span above them to carry its id (``in_run``).
+_loose_run: ContextVar[str | None] = ContextVar("lantern_trace_loose_run", default=None)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -153,7 +157,21 @@ def resource(worker_id: str) -> Resource:
     )
     if str(found.attributes.get("service.name", "")).startswith("unknown_service"):
         found = found.merge(Resource({"service.name": "lantern"}))
-    return found
+    return _HashedResource(found.attributes, found.schema_url)
+
+
+class _HashedResource(Resource):
+    """A Resource whose hash is computed once. The OTLP encoder groups every span it exports
+    by its resource, hashing it each time, and ``Resource.__hash__`` serializes the resource's
+    attributes to JSON: about 10 µs per exported span. A Resource never changes, so its hash
+    need not be recomputed."""
+
+    def __init__(self, attributes: Mapping[str, Any], schema_url: str | None = None) -> None:
+        super().__init__(dict(attributes), schema_url)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def install(provider: TracerProvider | None) -> None:
@@ -230,9 +248,7 @@ def drive_ended(result: RunEnd | None) -> None:
         span.set_status(Status(StatusCode.ERROR, _message(result.error)))
 
 
-def recovered(
-    run_id: str, replayed: Iterable[Replayed], from_worker: str | None, attempt: int
-) -> None:
+def recovered(replayed: Iterable[Replayed], from_worker: str | None, attempt: int) -> None:
     """Mark the current drive a resume and give each step served from the journal its span."""
     tracer = _tracer
     if tracer is None or not _recording.get():
@@ -243,18 +259,20 @@ def recovered(
     if from_worker:
         span.set_attribute("lantern.from_worker", from_worker)
     now = time.time_ns()
+    current = otel_context.get_current()
     for step_id, node_type, step_attempt in replayed:
         replay = tracer.start_span(
             f"step {step_id}",
+            current,
             attributes={
-                "lantern.run_id": run_id,
                 "lantern.step_id": step_id,
                 "lantern.node_type": node_type,
                 "lantern.attempt": step_attempt,
-                "lantern.idempotency_key": idempotency_key(run_id, step_id, step_attempt),
                 "lantern.replayed": True,
             },
             start_time=now,
+            record_exception=False,
+            set_status_on_exception=False,
         )
         replay.end(end_time=now)
 
@@ -270,11 +288,9 @@ class StepSpan:
     def __init__(
         self,
         tracer: trace.Tracer,
-        run_id: str,
         step_id: str,
         node_type: str,
         attempt: int,
-        key: str,
     ) -> None:
         # The current context (the drive's span) handed on, not looked up again by the SDK
         # for the parent, by the sampler and by ``set_span_in_context`` below.
@@ -282,7 +298,7 @@ class StepSpan:
         self._span = tracer.start_span(
             f"step {step_id}",
             current,
-            attributes=_step_attributes(run_id, step_id, node_type, attempt, key),
+            attributes=_step_attributes(step_id, node_type, attempt, _loose_run.get()),
             record_exception=False,
             set_status_on_exception=False,
         )
@@ -302,17 +318,19 @@ class StepSpan:
 
 
 def _step_attributes(
-    run_id: str, step_id: str, node_type: str, attempt: int, key: str
+    step_id: str, node_type: str, attempt: int, loose_run: str | None
 ) -> dict[str, Any]:
-    """What every step span carries, whether the step ran here or in a microVM."""
-    return {
-        "lantern.run_id": run_id,
+    """What every step span carries, whether the step ran here or in a microVM; the run id
+    only on a step with no drive span above it (``loose_run``) to carry it."""
+    found: dict[str, Any] = {
         "lantern.step_id": step_id,
         "lantern.node_type": node_type,
         "lantern.attempt": attempt,
-        "lantern.idempotency_key": key,
         "lantern.replayed": False,
     }
+    if loose_run is not None:
+        found["lantern.run_id"] = loose_run
+    return found
 
 
 def _succeeded(span: trace.Span, output: Any) -> None:
@@ -340,9 +358,11 @@ def in_run(run_id: str) -> Iterator[None]:
         yield
         return
     token = otel_context.attach(run_context(run_id))
+    loose = _loose_run.set(run_id)
     try:
         yield
     finally:
+        _loose_run.reset(loose)
         otel_context.detach(token)
 
 
@@ -351,7 +371,6 @@ def reported_step(
     step_id: str,
     node_type: str,
     attempt: int,
-    key: str,
     started_ns: int,
     outcome: Any,
 ) -> None:
@@ -364,7 +383,7 @@ def reported_step(
     span = tracer.start_span(
         f"step {step_id}",
         run_context(run_id),
-        attributes=_step_attributes(run_id, step_id, node_type, attempt, key),
+        attributes=_step_attributes(step_id, node_type, attempt, run_id),
         start_time=started_ns,
         record_exception=False,
         set_status_on_exception=False,
@@ -376,14 +395,12 @@ def reported_step(
     span.end()
 
 
-def start_step(
-    run_id: str, step_id: str, node_type: str, attempt: int, key: str
-) -> StepSpan | None:
+def start_step(step_id: str, node_type: str, attempt: int) -> StepSpan | None:
     """The span of one step attempt, current from here until it ends (None: tracing off)."""
     tracer = _tracer
     if tracer is None or not _recording.get():
         return None
-    return StepSpan(tracer, run_id, step_id, node_type, attempt, key)
+    return StepSpan(tracer, step_id, node_type, attempt)
 
 
 def usage_attributes(output: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:

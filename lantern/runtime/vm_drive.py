@@ -73,9 +73,7 @@ class VmDrive:
     ) -> asyncio.Task[Any]:
         """A step the control plane performs for the VM, as every drive performs one."""
         with tracing.in_run(self.run.id):
-            return performed(
-                work, self.run.id, step, step_type, attempt, self.ledger.key(step, attempt)
-            )
+            return performed(work, step, step_type, attempt)
 
     async def notice(self, events: list[NewEvent]) -> dict[str, Any] | None:
         """Journal (into ``events``) the anomalies that ``events``, about to be committed,
@@ -99,8 +97,7 @@ class VmDrive:
         started = self.running.pop((step, attempt), None)
         at, clock = started if started is not None else (time.time_ns(), time.perf_counter())
         metrics.step_duration("step", time.perf_counter() - clock)
-        key = self.ledger.key(step, attempt)
-        tracing.reported_step(self.run.id, step, "step", attempt, key, at, outcome)
+        tracing.reported_step(self.run.id, step, "step", attempt, at, outcome)
 
 
 class Drives:

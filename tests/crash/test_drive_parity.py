@@ -32,14 +32,9 @@ from tests.runtime.conftest import working
 from tests.server import free_port
 
 MODEL = "gpt-4o-mini"
-STEP_ATTRIBUTES = {
-    "lantern.run_id",
-    "lantern.step_id",
-    "lantern.node_type",
-    "lantern.attempt",
-    "lantern.idempotency_key",
-    "lantern.replayed",
-}
+# The run id is on the drive's span and the idempotency key derives from the run id, the step
+# id and the attempt: a step's span repeats neither (docs/observability.md).
+STEP_ATTRIBUTES = {"lantern.step_id", "lantern.node_type", "lantern.attempt", "lantern.replayed"}
 
 
 def graph_agent(url: str) -> dict[str, Any]:
@@ -158,8 +153,8 @@ async def facts(
         model_requests = fake.calls()
 
     trace_id = trace_id_for(run.id)
-    spans = [s for s in otlp.received() if s.attributes.get("lantern.run_id") == run.id]
-    assert spans and {s.trace_id for s in spans} == {trace_id}
+    spans = [s for s in otlp.received() if s.trace_id == trace_id]
+    assert spans
     # The drive that finished the run (a drive cut short by a database failure would be
     # another, with an error status).
     resumed = [
@@ -170,6 +165,7 @@ async def facts(
     ]
     assert len(resumed) == 1 and resumed[0].resource["service.instance.id"] == f"{kind.name}-b"
     assert resumed[0].attributes["lantern.recovered"] is True
+    assert resumed[0].attributes["lantern.run_id"] == run.id
 
     def steps_of(where: str) -> list[ReceivedSpan]:
         return [
@@ -182,9 +178,8 @@ async def facts(
 
     for span in steps_of("a") + steps_of("b"):
         assert STEP_ATTRIBUTES <= span.attributes.keys(), span
+        assert not {"lantern.run_id", "lantern.idempotency_key"} & span.attributes.keys()
         assert span.attributes["lantern.attempt"] == 1
-        step = str(span.attributes["lantern.step_id"])
-        assert span.attributes["lantern.idempotency_key"] == idempotency_key(run.id, step, 1)
     replayed = {
         roles[str(s.attributes["lantern.step_id"])]
         for s in steps_of("b")

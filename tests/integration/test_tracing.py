@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,9 +20,9 @@ from lantern import config
 from lantern.demo.receiver import Receiver
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
-from lantern.ids import idempotency_key
 from lantern.observability import tracing
 from lantern.store import Store
+from lantern.store.records import Run
 from tests.helpers import http_chain
 from tests.integration.test_runner import graph, tool
 
@@ -45,6 +46,13 @@ def by_name(spans: InMemorySpanExporter) -> dict[str, list[ReadableSpan]]:
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
+
+
+def run_of(span: ReadableSpan, runs: Sequence[Run]) -> str:
+    """The run whose trace ``span`` is in (its trace id derives from the run id)."""
+    assert span.context is not None
+    [run_id] = [r.id for r in runs if tracing.trace_id_for(r.id) == span.context.trace_id]
+    return run_id
 
 
 def make_app(gate: asyncio.Event | None = None) -> lantern.App:
@@ -116,14 +124,14 @@ async def test_a_run_is_one_trace_its_id_derived_from_the_run_id(
         assert step.parent is not None and step.parent.span_id == root.context.span_id
         assert step.status.status_code is StatusCode.UNSET
         step_id = step.name.removeprefix("step ")
+        # The run id is the drive's and the idempotency key derives from the run id, the step
+        # id and the attempt: neither is repeated on each step (docs/observability.md).
         assert {
             k: v for k, v in attrs(step).items() if not k.startswith(("gen_ai", "lantern.usage"))
         } == {
-            "lantern.run_id": run.id,
             "lantern.step_id": step_id,
             "lantern.node_type": node_type,
             "lantern.attempt": 1,
-            "lantern.idempotency_key": idempotency_key(run.id, step_id, 1),
             "lantern.replayed": False,
         }
     # The model-shaped output's usage is on its step's span.
@@ -176,14 +184,13 @@ async def test_a_resumed_run_adds_its_spans_to_the_same_trace(
     assert attrs(replayed_a)["lantern.replayed"] is True
     assert replayed_a.start_time == replayed_a.end_time
     assert replayed_a.parent is not None and replayed_a.parent.span_id == resumed.span_id
-    assert attrs(replayed_a)["lantern.idempotency_key"] == attrs(ran_a)["lantern.idempotency_key"]
+    assert attrs(replayed_a) == {**attrs(ran_a), "lantern.replayed": True}  # attempt 1 both
     # b was cut short mid-flight and ran again: same attempt, same key, in both drives.
     cut, rerun = sorted(found["step b"], key=lambda s: s.start_time or 0)
     assert attrs(cut)["lantern.cancelled"] is True
     assert attrs(rerun)["lantern.replayed"] is False
     assert rerun.parent is not None and rerun.parent.span_id == resumed.span_id
-    key = idempotency_key(run.id, "b", 1)
-    assert attrs(cut)["lantern.idempotency_key"] == attrs(rerun)["lantern.idempotency_key"] == key
+    assert attrs(cut)["lantern.attempt"] == attrs(rerun)["lantern.attempt"] == 1
     assert len(found["step c"]) == 1
 
 
@@ -254,6 +261,11 @@ def test_the_service_is_lantern_unless_the_environment_names_it(
     assert found["service.instance.id"] == "w1"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agents-prod")
     assert tracing.resource("w1").attributes["service.name"] == "agents-prod"
+    # Its hash is computed once (the exporter hashes it for every span) and is the SDK's.
+    plain = Resource(dict(found), tracing.resource("w1").schema_url)
+    assert tracing.resource("w1") != plain  # the service name differs
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    assert tracing.resource("w1") == plain and hash(tracing.resource("w1")) == hash(plain)
 
 
 async def test_trace_id_ratio_sampling_keeps_or_drops_whole_runs(store: Store) -> None:
@@ -264,25 +276,25 @@ async def test_trace_id_ratio_sampling_keeps_or_drops_whole_runs(store: Store) -
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing.install(provider)
+
+    def sampled(run_id: str) -> bool:
+        return tracing.trace_id_for(run_id) & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
+
     try:
         await apply_agent(store, CHAIN)
         runs = [await create_run(store, "chain", {"x": n}) for n in range(8)]
+        while len({sampled(r.id) for r in runs}) < 2:  # all in or all out: 1 in 128
+            runs.append(await create_run(store, "chain", {"x": len(runs)}))
         for run in runs:
             assert (await drive(store, make_app(), run.id)).status == "succeeded"
     finally:
         tracing.shutdown()
-    traced = {attrs(s)["lantern.run_id"] for s in exporter.get_finished_spans()}
-    expected = {
-        r.id
-        for r in runs
-        if tracing.trace_id_for(r.id) & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
-    }
+    traced = {run_of(s, runs) for s in exporter.get_finished_spans()}
+    expected = {r.id for r in runs if sampled(r.id)}
     assert traced == expected and 0 < len(expected) < len(runs)
     for run_id in expected:  # every span of a sampled run: the drive and steps a and b
-        assert (
-            sum(1 for s in exporter.get_finished_spans() if attrs(s)["lantern.run_id"] == run_id)
-            == 3
-        )
+        spans = [s for s in exporter.get_finished_spans() if run_of(s, runs) == run_id]
+        assert sorted(s.name for s in spans) == ["run chain", "step a", "step b"]
 
 
 async def test_a_run_left_out_by_the_sampler_tells_its_requests_so(
@@ -309,7 +321,7 @@ async def test_a_run_left_out_by_the_sampler_tells_its_requests_so(
             assert (await drive(store, lantern.App(), run.id)).status == "succeeded"
     finally:
         tracing.shutdown()
-    traced = {attrs(s)["lantern.run_id"] for s in exporter.get_finished_spans()}
+    traced = {run_of(s, runs) for s in exporter.get_finished_spans()}
     left_out = [r for r in runs if r.id not in traced]
     assert [r.id for r in left_out] == [r.id for r in runs if not sampled(r.id)]
     flags: dict[int, set[str]] = {}
