@@ -12,8 +12,8 @@ hits both alike) drives ``--runs`` sequential runs and reports
 
 With ``BENCH_CALLS=1`` each child instead counts the Python function calls per step under
 cProfile: a measure of the work done that a loaded machine does not disturb. With
-``BENCH_TRACING=1`` both builds trace every step (an SDK tracer provider, its spans batched and
-dropped, as ``--observability`` has it), to compare what tracing costs in each.
+``BENCH_TRACING=1`` both builds trace every step (an SDK tracer provider, its spans batched,
+OTLP-encoded and dropped, as ``--observability`` has it), to compare what tracing costs in each.
 
 The kinds: a graph agent of 10 no-op tool steps after its trigger, a code-first agent making
 the same 10 no-op steps as ``ctx.step`` calls (both builds must have ``App.agent``), and a
@@ -90,8 +90,10 @@ class ScriptedProvider:
 
 
 def trace_everything() -> None:
-    """Tracing on, as ``bench/steps.py --observability`` has it: an SDK tracer provider with a
-    BatchSpanProcessor whose exporter drops the spans (export itself is not measured)."""
+    """Tracing on, as ``bench/steps.py --observability`` has it: an SDK tracer provider with the
+    build's ``lantern serve`` resource and a BatchSpanProcessor whose exporter encodes each
+    batch as the OTLP/HTTP exporter does and drops the bytes (the network is not measured)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
@@ -103,9 +105,10 @@ def trace_everything() -> None:
 
     class Drop(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
+            encode_spans(spans).SerializePartialToString()
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(resource=tracing.resource("bench"))
     provider.add_span_processor(BatchSpanProcessor(Drop()))
     tracing.install(provider)
 
