@@ -10,11 +10,13 @@ to the database, not through a replica) stops the key on every replica within th
 (docs/security.md). Only a key that was found, matched and unrevoked is remembered, and a
 request is served from memory only when its secret hashes to the remembered one; anything
 else is looked up as before, so a wrong secret costs what it did and says nothing of which
-ids were used lately.
+ids were used lately. A key's row is read once for the requests that need it at the same
+moment (``Verified.lookup``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -87,6 +89,7 @@ class Verified:
 
     ttl: float = VERIFIED_S
     _keys: dict[str, tuple[ApiKey, float]] = field(default_factory=dict)
+    _reading: dict[str, asyncio.Future[ApiKey | None]] = field(default_factory=dict)
 
     def get(self, key_id: str, secret_hash: str) -> ApiKey | None:
         found = self._keys.get(key_id)
@@ -108,8 +111,22 @@ class Verified:
         if len(self._keys) > VERIFIED_MAX:
             del self._keys[next(iter(self._keys))]
 
-    def forget(self, key_id: str) -> None:
-        self._keys.pop(key_id, None)
+    async def lookup(self, store: Store, key_id: str) -> ApiKey | None:
+        """The key's row, read once for all the requests that ask while the read is under
+        way: when a remembered key's time is up, the requests a busy client has in flight
+        would each read it (tens on a pool already busy with their runs)."""
+        reading = self._reading.get(key_id)
+        if reading is None:
+            reading = asyncio.ensure_future(store.get_api_key(key_id))
+            self._reading[key_id] = reading
+            reading.add_done_callback(lambda done: self._read(key_id, done))
+        # Shielded: one request going away does not cancel the read the others wait on.
+        return await asyncio.shield(reading)
+
+    def _read(self, key_id: str, done: asyncio.Future[ApiKey | None]) -> None:
+        self._reading.pop(key_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter may have gone before it failed
 
 
 async def authenticate(
@@ -122,11 +139,14 @@ async def authenticate(
         raise Unauthorized("send an API key as 'Authorization: Bearer lk_...'")
     key_id, _, secret = token.removeprefix(PREFIX).partition("_")
     presented = _hash(secret)
+    key = None
     if verified is not None and key_id and secret:
         known = verified.get(key_id, presented)
         if known is not None:
             return known
-    key = await store.get_api_key(key_id) if key_id and secret else None
+        key = await verified.lookup(store, key_id)
+    elif key_id and secret:
+        key = await store.get_api_key(key_id)
     # Compare even when the id is unknown, so timing does not tell ids apart.
     expected = key.secret_hash if key is not None else _hash("")
     matches = hmac.compare_digest(expected, presented)

@@ -8,12 +8,14 @@ Not a property of a kind of run: a key authenticates requests, whatever runs the
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
 
 from lantern.errors import Unauthorized
 from lantern.server.auth import VERIFIED_S, Verified, authenticate, issue_key
 from lantern.store import Store
+from lantern.store.records import ApiKey
 
 
 def bearer(token: str) -> str:
@@ -74,3 +76,40 @@ async def test_a_remembered_key_is_the_one_stored(store: Store) -> None:
     again = await authenticate(store, bearer(token), replica)
     assert first == again
     assert (again.workspace, again.scopes, again.name) == ("w", made.scopes, "ci")
+
+
+class Counting:
+    """The store, counting the key reads that reach it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.reads = 0
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        self.reads += 1
+        return await self.store.get_api_key(key_id)
+
+
+async def test_requests_at_the_same_moment_read_the_key_once(store: Store) -> None:
+    """A busy client's requests in flight when its key's time is up read the key's row once,
+    and a wrong secret among them, or one that goes away, changes nothing for the rest."""
+    _, token = await issue_key(store, "w", {"runs:read"})
+    counting = Counting(store)
+    replica = Verified()
+
+    async def one(sent: str) -> str:
+        try:
+            return (await authenticate(cast(Store, counting), bearer(sent), replica)).id
+        except Unauthorized:
+            return "refused"
+
+    wrong = token.rsplit("_", 1)[0] + "_not-the-secret"
+    gone = asyncio.ensure_future(one(token))
+    asked = [asyncio.ensure_future(one(t)) for t in [token] * 30 + [wrong]]
+    await asyncio.sleep(0)
+    gone.cancel()
+    answers = await asyncio.gather(*asked)
+    assert answers[:30] == [token.split("_")[1]] * 30 and answers[30] == "refused"
+    assert counting.reads == 1
+    # Nothing is left waiting on a read that finished: the next miss reads again.
+    assert (await one(wrong)) == "refused" and counting.reads == 2
