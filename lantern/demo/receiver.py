@@ -1,9 +1,10 @@
 """A small HTTP receiver on 127.0.0.1 that records every request it gets.
 
 The demo and the tests point http connectors at it to count deliveries and their
-Idempotency-Keys. ``hold(path)`` keeps requests to a path waiting (a request in flight) until
-``release()``, so a test can kill the sender at exactly that moment; ``fail(path, status, n)``
-answers the next ``n`` requests to a path with an error status, as a flaky service would.
+Idempotency-Keys (a request whose body never arrived, its sender killed mid-request, is none).
+``hold(path)`` keeps requests to a path waiting (a request in flight) until ``release()``, so a
+test can kill the sender at exactly that moment; ``fail(path, status, n)`` answers the next
+``n`` requests to a path with an error status, as a flaky service would.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if len(raw) < length:
+                    # The sender died between its headers and its body (a crash test's
+                    # SIGKILL): nothing was delivered, so nothing is counted or answered.
+                    self.close_connection = True
+                    return
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:

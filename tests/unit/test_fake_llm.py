@@ -8,13 +8,13 @@ code-first and microVM agents), so this one check covers them all."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.fake_llm import FakeProvider, Script
+from tests.helpers import cut_off_after_headers
 
 KEY = "k-llm-3"
 TURNS = ["first", "second", "third"]
@@ -35,29 +35,14 @@ def _conversation() -> dict[str, object]:
     return {"model": "gpt-4o-mini", "messages": messages}
 
 
-def _killed_after_headers(fake: FakeProvider, body: bytes) -> None:
-    """What a sender SIGKILLed right after writing its headers leaves: the headers, then the
-    connection closed. Returns once the fake has finished with that connection."""
-    host, port = fake.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        head = (
-            "POST /v1/chat/completions HTTP/1.1\r\n"
-            f"Host: {host}\r\nContent-Type: application/json\r\n"
-            f"Idempotency-Key: {KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        sock.sendall(head.encode())
-        sock.shutdown(socket.SHUT_WR)  # the kernel's FIN for the dead process
-        while sock.recv(4096):  # until the fake closes its side: the handler is done
-            pass
-
-
 def test_a_request_cut_off_before_its_body_is_not_answered_nor_keyed(fake: FakeProvider) -> None:
     body = json.dumps(_conversation()).encode()
-    _killed_after_headers(fake, body)
+    sent_headers = {"Content-Type": "application/json", "Idempotency-Key": KEY}
+    cut_off_after_headers(fake.url, "/v1/chat/completions", sent_headers, len(body))
     sent = httpx.post(
         f"{fake.url}/v1/chat/completions",
         content=body,
-        headers={"Content-Type": "application/json", "Idempotency-Key": KEY},
+        headers=sent_headers,
         timeout=10,
     )
     # The re-sent turn is answered from the conversation it carries; it is the one request.
