@@ -94,6 +94,28 @@ async def test_group_commit_isolates_each_writers_outcome(store: Store) -> None:
     assert all([len(await store.events(r.id)) == 1 for r in runs[1:]])
 
 
+async def test_a_superseded_writer_is_refused_beside_the_current_one_in_one_group_commit(
+    store: Store,
+) -> None:
+    # Two writers of one run whose appends share a group commit (submitted together): the
+    # current epoch's lands, the superseded one's is refused and leaves nothing behind, its
+    # run update included. PostgreSQL fenced a batch per run, not per (run, epoch), so the
+    # stale append landed too and was told it had.
+    run = await new_run(store)
+    old = await store.acquire_lease(run.id, "w1", ttl=60)
+    new = await store.acquire_lease(run.id, "w1", ttl=60)  # the same worker id takes it back
+    assert old is not None and new is not None and new.epoch > old.epoch
+    outcomes = await asyncio.gather(
+        store.append(Append(new, (ev(1, "run_recovered"),))),
+        store.append(Append(old, (ev(2, "step_started", "s"),), RunUpdate("failed"))),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and isinstance(outcomes[1], LeaseLost)
+    assert [e.kind for e in await store.events(run.id)] == ["run_recovered"]
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "queued"
+
+
 async def test_large_outputs_are_stored_once_and_referenced(store: Store) -> None:
     run = await new_run(store)
     lease = await store.acquire_lease(run.id, "w1", ttl=60)

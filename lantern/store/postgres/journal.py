@@ -2,7 +2,9 @@
 
 A journal append is one statement: it takes a share lock on the writer's lease row at the
 writer's epoch, inserts the events only if that row exists, and updates the run, so a steal
-(which updates the lease row) and a fenced write are strictly ordered.
+(which updates the lease row) and a fenced write are strictly ordered. A group commit carries
+many appends, so each is fenced on its own (run, epoch): an append of a superseded epoch never
+lands because another append of the same run, at the current epoch, shares its statement.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ WITH batch AS (
         run_id text, epoch bigint, status text, output jsonb, error jsonb, release boolean,
         wake_at timestamptz, waiting_for text)
 ), fenced AS (
-    SELECT l.run_id FROM run_locks l
+    SELECT l.run_id, l.epoch FROM run_locks l
     JOIN (SELECT run_id, epoch FROM batch UNION SELECT run_id, epoch FROM updates) w
       ON w.run_id = l.run_id AND w.epoch = l.epoch
     FOR SHARE OF l
@@ -55,11 +57,12 @@ WITH batch AS (
     INSERT INTO journal_events
         (run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash)
     SELECT run_id, seq, kind, at, data, step_id, node_id, attempt, blob_digest, hash
-    FROM batch WHERE run_id IN (SELECT run_id FROM fenced)
+    FROM batch WHERE (run_id, epoch) IN (SELECT run_id, epoch FROM fenced)
 ), updated AS (
     UPDATE runs r SET status = u.status, output = u.output, error = u.error, updated_at = now(),
                       wake_at = u.wake_at, waiting_for = u.waiting_for
-    FROM updates u WHERE r.id = u.run_id AND u.run_id IN (SELECT run_id FROM fenced)
+    FROM updates u
+    WHERE r.id = u.run_id AND (u.run_id, u.epoch) IN (SELECT run_id, epoch FROM fenced)
 ), woken AS (
     -- A parent parked on a finished sub-agent is due now. The parent's row is updated (so
     -- locked) whatever its status: a parent committing its park meanwhile is waited for and
@@ -72,13 +75,15 @@ WITH batch AS (
     FROM updates u JOIN runs c ON c.id = u.run_id
     WHERE u.status IN ('succeeded', 'failed', 'cancelled') AND p.id = c.parent_run_id
       AND p.status IN ('running', 'waiting')
-      AND p.id NOT IN (SELECT run_id FROM updates) AND u.run_id IN (SELECT run_id FROM fenced)
+      AND p.id NOT IN (SELECT run_id FROM updates)
+      AND (u.run_id, u.epoch) IN (SELECT run_id, epoch FROM fenced)
 ), released AS (
     UPDATE run_locks l SET expires_at = 'epoch'
     FROM updates u
-    WHERE u.release AND l.run_id = u.run_id AND l.run_id IN (SELECT run_id FROM fenced)
+    WHERE u.release AND l.run_id = u.run_id
+      AND (u.run_id, u.epoch) IN (SELECT run_id, epoch FROM fenced)
 )
-SELECT run_id FROM fenced
+SELECT run_id, epoch FROM fenced
 """
 
 # Claim a delivery under the lease (a share lock on the lease row orders it with any steal):
@@ -307,7 +312,9 @@ class Journal(PostgresConnection):
             # Isolate the offender so the other runs' events still land.
             return [await self._append_alone(item) for item in batch]
         return [
-            None if a.lease.run_id in won else LeaseLost(a.lease.run_id, a.lease.epoch)
+            None
+            if (a.lease.run_id, a.lease.epoch) in won
+            else LeaseLost(a.lease.run_id, a.lease.epoch)
             for a in batch
         ]
 
@@ -332,7 +339,8 @@ class Journal(PostgresConnection):
         )
         return row is not None and row[0] == last.hash
 
-    async def _write(self, batch: Sequence[Append]) -> set[str]:
+    async def _write(self, batch: Sequence[Append]) -> set[tuple[str, int]]:
+        """The (run, epoch) of the appends that landed: those whose lease is current."""
         events: list[dict[str, Any]] = []
         updates: list[dict[str, Any]] = []
         for item in batch:
@@ -357,7 +365,7 @@ class Journal(PostgresConnection):
             "updates": dumps(updates),
         }
         rows = await self._writer_execute(_APPEND, params)
-        return {r[0] for r in rows}
+        return {(r[0], r[1]) for r in rows}
 
     async def events(
         self, run_id: str, *, after: int = 0, limit: int | None = None, blobs: bool = False
