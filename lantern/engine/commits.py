@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lantern.engine.journal import count_committed
+from lantern.engine.new_run import NewRun
 from lantern.errors import StoreUnavailable
 from lantern.observability import logs, metrics
 from lantern.store.base import Store
@@ -134,11 +135,16 @@ async def start(
     ttl: float,
     events: Sequence[NewEvent],
     update: RunUpdate,
+    new: NewRun | None = None,
 ) -> Lease | None:
     """Lease a never-started run and journal its opening in one transaction (``start_run``),
-    timed like every other journal write; None when another worker started it first."""
+    timed like every other journal write; None when another worker started it first.
+    ``new``: the run is not stored yet, and is stored in that transaction too."""
     started = time.perf_counter()
-    lease = await store.start_run(run_id, worker_id, ttl, events, update)
+    if new is not None:
+        lease = await new.start(store, worker_id, ttl, events, update)
+    else:
+        lease = await store.start_run(run_id, worker_id, ttl, events, update)
     if lease is not None:
         metrics.JOURNAL_WRITE.observe(time.perf_counter() - started)
     return lease

@@ -88,6 +88,7 @@ from lantern.engine.journal import RunState, recovery
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.ledger import Exit, Ledger, Retry, Usage, no_usage, step_error
 from lantern.engine.live import LiveText
+from lantern.engine.new_run import NewRun
 from lantern.engine.retries import RetryPolicy
 from lantern.errors import LeaseLost, StepError, StoreError
 from lantern.models.budget import Budget
@@ -173,20 +174,28 @@ def parked_until(due_ms: int, other: datetime | None = None) -> RunUpdate:
 
 
 async def under_lease(
-    host: DriveHost, run: Run, new_drive: Callable[[], Drive], lease: Lease | None
+    host: DriveHost,
+    run: Run,
+    new_drive: Callable[[], Drive],
+    lease: Lease | None,
+    new: NewRun | None = None,
 ) -> Drive | None:
     """Execute a drive of ``run`` under its lease: won here (a never-started run leases and
     opens in one transaction), or ``lease``, won before by a claim (so the run read is current
     and a queued run has no journal to read). The keeper renews the lease and watches for a
     cancellation while the drive executes; a clean stop hands the lease on at once. The
     drive, which says how it ended (``final`` None: stopped early); None when another worker
-    holds the run or ours was lost."""
+    holds the run or ours was lost. ``new``: ``run`` is not stored yet; the opening commit
+    stores it (``lantern.engine.new_run``), and None when it did not start it here."""
     drive = new_drive()
     known_empty = lease is not None and run.status == "queued"
     if lease is None and run.status == "queued" and not run.cancel_requested:
         # Lease and opening commit in one transaction: one commit fewer per run.
+        drive.new = new
         lease = await drive.begin()
         if lease is None:
+            if new is not None:
+                return None  # left queued, or never stored: its creator hands it on
             drive = new_drive()
     if lease is None:
         lease = await host.store.acquire_lease(run.id, host.worker_id, host.keeper.ttl)
@@ -250,6 +259,7 @@ class Drive(ABC):
         self.final: RunUpdate | None = None  # the update that finished the run, once it has
         self.cancelled = asyncio.Event()  # set when a cancellation request is seen
         self._opened = False  # begin() journaled the opening
+        self.new: NewRun | None = None  # the run, when begin() is to store it (new_run.py)
         if not can_pause:  # nowhere to park: a "pause" policy is recorded, not applied
             anomalies = {
                 k: {**v, "policy": "fail" if v["policy"] == "fail" else "record"}
@@ -314,6 +324,7 @@ class Drive(ABC):
             self.host.keeper.ttl,
             events,
             update or RunUpdate("running"),
+            self.new,
         )
         if lease is not None:
             self.lease = lease

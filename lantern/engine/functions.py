@@ -140,6 +140,7 @@ class FunctionDrive(Drive):
                 self.host.keeper.ttl,
                 batch,
                 update or RunUpdate("running"),
+                self.new,
             )
         except BaseException:
             await self._abandon()

@@ -32,6 +32,7 @@ from lantern.engine.graph_drive import GraphDrive
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
 from lantern.engine.microvm import MicroVmAgent
+from lantern.engine.new_run import NewRun
 from lantern.errors import NotFound, StoreUnavailable
 from lantern.limits import MAX_OUTPUT_BYTES
 from lantern.models.registry import Models
@@ -83,6 +84,10 @@ class Runner:
         self.models = models  # the providers, routes, prices and budgets of model steps
         self.stopping = stopping or asyncio.Event()
         self._graphs: dict[tuple[str, str, int], Graph | PlainAgent | MicroVmAgent | CodeSpec] = {}
+        # (workspace, agent) -> the newest version of it driven here, and that version when
+        # it is driven in-process (``newest``).
+        self._newest_seen: dict[tuple[str, str], int] = {}
+        self._newest: dict[tuple[str, str], int] = {}
         self.retry_rates = RetryRates()
         self.write_health = commits.WriteHealth()  # readiness: are our commits landing?
         self.baselines = Baselines(store)  # anomaly baselines (the relay's VM runs share it)
@@ -98,27 +103,42 @@ class Runner:
         return await self.baselines.of(workspace, agent)
 
     async def drive(
-        self, run_id: str, lease: Lease | None = None, *, known: Run | None = None
+        self,
+        run_id: str,
+        lease: Lease | None = None,
+        *,
+        known: Run | None = None,
+        new: NewRun | None = None,
     ) -> Run | None:
         """Execute or re-drive a run; None when another worker holds it or ours was lost.
 
         ``lease``, when given, was won before this call (by a claim), so the run read here is
         current: a queued run then has no journal to read. ``known``: the run as its creator
         has it just now, so the first attempt need not read it (a never-started run's lease
-        and opening commit check it again in their transaction).
+        and opening commit check it again in their transaction). ``new``: the run is not
+        stored yet; its opening commit stores it (``lantern.engine.new_run``), and its creator
+        is told of it, or told None when this drive did not store it.
         """
         if lease is not None:
             # Renewed from now on: a busy replica may take a while to reach the first step,
             # and a lease that expired meanwhile would be stolen (even by our own sweep).
             self.keeper.hold(lease)
         try:
-            return await self._drive_patiently(run_id, lease, known)
+            return await self._drive_patiently(run_id, lease, new.run if new else known, new)
         finally:
             if lease is not None:
                 self.keeper.drop(lease)  # whatever ended the drive, renew it no more
+            if new is not None:
+                new.settle(None)  # not stored by this drive: its creator stores it
+
+    def newest(self, workspace: str, agent_name: str) -> int | None:
+        """The agent's newest version this process has driven a run of, when that version
+        is driven in-process (not a microVM's): the version a new run's drive is made for
+        before the run is stored (the store starts it only if that is still the newest)."""
+        return self._newest.get((workspace, agent_name))
 
     async def _drive_patiently(
-        self, run_id: str, lease: Lease | None, known: Run | None
+        self, run_id: str, lease: Lease | None, known: Run | None, new: NewRun | None
     ) -> Run | None:
         deadline: float | None = None
         delay = commits.FIRST_DELAY
@@ -130,10 +150,13 @@ class Runner:
                 if run.finished:
                     return run  # re-driving a finished run invokes nothing and writes nothing
                 with tracing.drive(run, self.worker_id):
-                    result = await self._drive(run, lease)
+                    result = await self._drive(run, lease, new)
                     tracing.drive_ended(result)
                     return result
             except StoreUnavailable as exc:
+                if new is not None and not new.created:
+                    raise  # nothing stored: its creator has the error
+                new = None  # stored: driven again from the store, as any run
                 # The database blinked outside a commit (a read, a delivery's claim), or for
                 # longer than a commit waits. While the lease could still be ours, wait and
                 # re-drive from the journal under a new epoch: the step in flight runs again
@@ -149,12 +172,14 @@ class Runner:
                     self.keeper.drop(lease)  # the re-drive takes a new epoch
                 lease = None
 
-    async def _drive(self, run: Run, lease: Lease | None) -> Run | None:
+    async def _drive(self, run: Run, lease: Lease | None, new: NewRun | None) -> Run | None:
         agent = await self._graph(run)
         if isinstance(agent, MicroVmAgent):
+            if new is not None:
+                return None  # not stored: the runtime scheduler places it once it is
             return await self._hand_off(run, lease)
         graph = agent
-        drive = await under_lease(self, run, lambda: _new_drive(self, run, graph), lease)
+        drive = await under_lease(self, run, lambda: _new_drive(self, run, graph), lease, new)
         if drive is None:
             return None
         final = drive.final
@@ -191,6 +216,13 @@ class Runner:
                 raise NotFound(f"agent {run.agent_name} v{run.agent_version} not found")
             code = CodeSpec.of(agent.definition)  # a code-first agent's stored version
             graph = self._graphs[key] = code or parse_agent(agent.definition, self.models.routes)
+            named = key[:2]
+            if run.agent_version >= self._newest_seen.get(named, 0):
+                self._newest_seen[named] = run.agent_version
+                if isinstance(graph, MicroVmAgent):
+                    self._newest.pop(named, None)
+                else:
+                    self._newest[named] = run.agent_version
         return graph
 
 

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,9 +21,11 @@ from lantern.ids import new_run_id
 from lantern.models.router import Routes
 from lantern.store.base import Store
 from lantern.store.codec import dumps, value_problem
-from lantern.store.records import AgentVersion, Run, RunFlow
+from lantern.store.records import AgentVersion, FlowOf, Run, RunFlow
 
 DEFAULT_WORKSPACE = "default"
+# Stores a new run started by this process (``Worker.start_new``), or None when it did not.
+Start = Callable[[Run, str | None, str, FlowOf], Awaitable[Run | None]]
 CANCEL_PATIENCE = 5.0  # seconds a child refused under a cancel waits for the cancel to land
 
 
@@ -113,6 +116,7 @@ async def create_run(
     parent_id: str | None = None,
     app: App | None = None,
     priority: int = flow.DEFAULT_PRIORITY,
+    start: Start | None = None,
 ) -> Run:
     """A queued run pinned to the agent's newest version.
 
@@ -123,6 +127,8 @@ async def create_run(
     Under an agent with flow control (docs/flow-control.md), the run's concurrency key is its
     input rendered by the pinned version's ``concurrency.key``; a key that does not render is
     a UsageError and no run is made. ``priority`` (0-9) orders the runs that may start.
+    ``start`` (``Worker.start_new``) may store the run already started by this process, with
+    its lease and opening in the same transaction; a run it did not store is stored here.
     """
     flow.check_priority(priority)
     problem = value_problem([agent_name, input])
@@ -166,7 +172,10 @@ async def create_run(
         return None if fields is None else RunFlow(*fields)
 
     try:
-        created = await store.create_run(
+        started = None
+        if start is not None and parent_id is None:
+            started = await start(run, idempotency_key, digest, flow_of)
+        created = started or await store.create_run(
             run, idempotency_key=idempotency_key, request_digest=digest, flow=flow_of
         )
     except Conflict:

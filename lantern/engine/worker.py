@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager, suppress
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from lantern import config, outbound, threads
@@ -17,6 +18,7 @@ from lantern.app import App
 from lantern.effects.egress import EgressPolicy, client
 from lantern.engine.leases import LeaseKeeper
 from lantern.engine.live import LiveText
+from lantern.engine.new_run import NewRun
 from lantern.engine.recovery import RecoveryLoop
 from lantern.engine.runner import Runner
 from lantern.engine.schedules import ScheduleLoop
@@ -25,7 +27,7 @@ from lantern.models.registry import Models
 from lantern.secrets import box
 from lantern.secrets.vault import Vault
 from lantern.store.base import Store
-from lantern.store.records import Lease, Run
+from lantern.store.records import FlowOf, Lease, Run
 
 log = logging.getLogger("lantern.worker")
 
@@ -124,7 +126,7 @@ class Worker:
             ttl=lease_ttl,
             interval=recovery_interval,
             free_slots=lambda: self.max_concurrent - len(self._runs),
-            start=self._start,
+            start=self._recovered,
         )
         # Fires due schedules; a fire missed for longer than a recovery interval was missed
         # while every replica was down (the schedule's catchup decides).
@@ -267,6 +269,42 @@ class Worker:
         finally:
             self._creating.discard(run_id)
 
+    async def start_new(
+        self, run: Run, idempotency_key: str | None, request_digest: str, flow: FlowOf
+    ) -> Run | None:
+        """Store ``run`` (being created here, not stored yet) with its lease and opening in
+        one commit (``lantern.engine.new_run``) and drive it, when this process would take it
+        at its create (``take``) and has driven its agent's newest version before (its drive
+        is made for it). The run as stored (``running`` when started here; ``queued`` when the
+        store declined, then for ``take``), or None when nothing was stored (the caller then
+        stores it as any run). Raises what its create raised, with nothing stored."""
+        assert self.runner is not None, "use the worker as an async context manager"
+        version = self.runner.newest(run.workspace, run.agent_name)
+        if version is None or not self._takes(run):
+            return None
+        new = NewRun(replace(run, agent_version=version), idempotency_key, request_digest, flow)
+        self._taken.add(run.id)
+        task = self._start(run.id, None, new=new)
+        assert task is not None  # no lease: never deferred
+        try:
+            stored = await asyncio.shield(new.stored)
+        except Exception:
+            await asyncio.wait([task])  # its drive over, and let go (``_done``)
+            raise
+        if stored is None or stored.status == "queued":
+            await asyncio.wait([task])  # as above: then handed on as any new run
+        return stored
+
+    def _takes(self, run: Run) -> bool:
+        """Whether a run just created may be driven at once (``take``)."""
+        return not (
+            run.status != "queued"
+            or run.flow is not None
+            or run.cancel_requested
+            or self.max_concurrent - len(self._runs) <= 0
+            or self.stopping.is_set()
+        )
+
     def take(self, run: Run) -> None:
         """A run this process just created: drive it now when a slot is free, with no round
         trip through the queue (no claim; its lease and opening commit are one transaction,
@@ -274,23 +312,26 @@ class Worker:
         leave it to the dispatcher. Free slots mean no backlog here for the claim's
         fairness between workspaces to order. A run under flow control is left to the claim,
         which alone counts the slots its concurrency key and agent hold."""
-        free = self.max_concurrent - len(self._runs)
-        if (
-            run.status != "queued"
-            or run.flow is not None
-            or run.cancel_requested
-            or free <= 0
-            or self.stopping.is_set()
-        ):
-            self._behind = self._behind or free <= 0
+        if run.status != "queued":
+            return  # started (``start_new``), or an earlier run an idempotency key named
+        if not self._takes(run):
+            self._behind = self._behind or self.max_concurrent - len(self._runs) <= 0
             self.wake()
             return
         self._taken.add(run.id)
         self._start(run.id, None, run)
 
+    def _recovered(self, run_id: str, lease: Lease) -> None:
+        self._start(run_id, lease)
+
     def _start(
-        self, run_id: str, lease: Lease | None, known: Run | None = None, held: bool = True
-    ) -> None:
+        self,
+        run_id: str,
+        lease: Lease | None,
+        known: Run | None = None,
+        held: bool = True,
+        new: NewRun | None = None,
+    ) -> asyncio.Task[object] | None:
         assert self.runner is not None, "use the worker as an async context manager"
         if lease is not None and run_id in self._taken:
             # Claimed while the drive its create started is under way: one drive, not two.
@@ -298,10 +339,13 @@ class Worker:
             # was woken since; a claim before that drive's opening was superseded by it (the
             # same worker id), and is let go without a drive.
             self._claimed_meanwhile[run_id] = lease
-            return
-        task = asyncio.create_task(self._drive(run_id, lease, known, held), name=f"drive {run_id}")
+            return None
+        task = asyncio.create_task(
+            self._drive(run_id, lease, known, held, new), name=f"drive {run_id}"
+        )
         self._runs.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
@@ -322,7 +366,7 @@ class Worker:
         self.recovery.slot_freed()
 
     async def _drive(
-        self, run_id: str, lease: Lease | None, known: Run | None, held: bool
+        self, run_id: str, lease: Lease | None, known: Run | None, held: bool, new: NewRun | None
     ) -> object:
         """``held`` False: ``lease`` waited for another drive of the run to end; driven only
         if it is still current (renewed here), as a claimed lease always is when started."""
@@ -331,8 +375,10 @@ class Worker:
             if lease is not None and not held:
                 if not await self.store.renew_lease(lease, self.keeper.ttl):
                     return None
-            return await self.runner.drive(run_id, lease, known=known)
+            return await self.runner.drive(run_id, lease, known=known, new=new)
         except Exception:
+            if new is not None and not new.created:
+                return None  # its create failed: the creator has the error
             log.exception("run %s stopped on an error", run_id)
             return None
 

@@ -59,6 +59,25 @@ class JournalStore(Protocol):
         None, with nothing written, when the run has started or another worker holds it.
         """
 
+    async def start_new_run(
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None,
+        request_digest: str | None,
+        flow: FlowOf | None,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> tuple[Run, Lease | None]:
+        """``create_run`` and ``start_run`` in one transaction (one commit where a create its
+        replica drives at once made two): the run as stored (its status ``update``'s when
+        started) and its lease. Started only when the version pinned is ``run.agent_version``
+        (the one its opening was made for) and it is under no flow control (a claim alone
+        counts those slots); else stored queued, nothing more written, and no lease. Raises
+        as ``create_run`` does, with nothing stored."""
+
     async def append(self, batch: Append) -> None:
         """Write events and the run update in one transaction, or raise LeaseLost.
 

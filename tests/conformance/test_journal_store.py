@@ -4,13 +4,16 @@ PostgreSQL alike."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
 from lantern.engine.journal import EventWriter, fold
-from lantern.errors import LeaseLost, StoreError
-from lantern.store import Append, RunUpdate, Store
-from tests.conformance.helpers import ev, new_run
+from lantern.errors import Conflict, LeaseLost, NotFound, StoreError
+from lantern.ids import new_run_id
+from lantern.store import Append, Lease, Run, RunUpdate, Store
+from lantern.store.records import RunFlow
+from tests.conformance.helpers import DEFINITION, ev, new_run
 
 
 async def test_append_writes_events_and_run_update_together(store: Store) -> None:
@@ -205,3 +208,72 @@ async def test_a_delivery_claim_is_fenced_by_the_lease(store: Store) -> None:
     with pytest.raises(LeaseLost):
         await store.finish_delivery(old, receipt, "delivered", {})
     assert [d.status for d in await store.deliveries(run.id)] == ["claimed"]
+
+
+async def test_start_new_run_stores_leases_and_opens_a_run_in_one_transaction(
+    store: Store,
+) -> None:
+    """The create of a run its replica drives at once (lantern/engine/new_run.py): stored
+    running, leased, its opening journaled; and declined (stored queued, nothing more) for a
+    version newer than its opening was made for or under flow control, which only a claim
+    may start (``claims.admits``). Any kind of run driven in-process opens this way."""
+    await store.put_agent("default", "a", DEFINITION)
+    opening = (ev(1, "run_started"), ev(2, "step_started", "s"))
+
+    async def start(run: Run, key: str | None = None) -> tuple[Run, Lease | None]:
+        return await store.start_new_run(
+            run,
+            idempotency_key=key,
+            request_digest="d",
+            flow=lambda concurrency, max_runs: RunFlow("k", 1, max_runs),
+            worker_id="w1",
+            ttl=60,
+            events=opening,
+            update=RunUpdate("running"),
+        )
+
+    stored, lease = await start(fresh("a", 1), key="k1")
+    assert lease is not None and (lease.worker_id, lease.epoch) == ("w1", 1)
+    assert (stored.status, stored.agent_version) == ("running", 1)
+    read = await store.get_run(stored.id)
+    assert read is not None and (read.status, read.agent_version) == ("running", 1)
+    assert [e.kind for e in await store.events(stored.id)] == ["run_started", "step_started"]
+    assert await store.acquire_lease(stored.id, "w2", ttl=60) is None  # held by w1
+    assert await store.runs_leased_by("w1") == [stored.id]  # what a restart of w1 takes back
+    # The same idempotency key: a Conflict, and nothing of the second run stored.
+    twin = fresh("a", 1)
+    with pytest.raises(Conflict):
+        await start(twin, key="k1")
+    assert await store.get_run(twin.id) is None and await store.events(twin.id) == []
+    with pytest.raises(NotFound):
+        await start(fresh("nobody", 1))
+
+    # Version 2 applied since the opening was made for version 1: stored queued, pinned to 2.
+    await store.put_agent("default", "a", DEFINITION)
+    stale, none = await start(fresh("a", 1))
+    assert none is None and (stale.status, stale.agent_version) == ("queued", 2)
+    assert await store.events(stale.id) == []
+    assert (await store.get_run(stale.id)).status == "queued"  # type: ignore[union-attr]
+
+    # Under flow control: stored queued with its key, for a claim to admit.
+    await store.put_agent("default", "f", {**DEFINITION, "name": "f", "maxConcurrentRuns": 1})
+    held, none = await start(fresh("f", 1))
+    assert none is None and held.status == "queued"
+    assert held.flow is not None and held.flow.key == "k"
+    assert await store.events(held.id) == [] and await store.runs_leased_by("w1") == [stored.id]
+
+
+def fresh(agent: str, version: int) -> Run:
+    now = datetime.now(UTC)
+    return Run(
+        id=new_run_id(),
+        workspace="default",
+        agent_name=agent,
+        agent_version=version,
+        status="queued",
+        input={"n": 1},
+        output=None,
+        error=None,
+        created_at=now,
+        updated_at=now,
+    )

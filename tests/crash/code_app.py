@@ -43,6 +43,12 @@ async def code_chain(ctx: lantern.Context, url: str, n: int = 4) -> dict[str, An
     return {"answers": answers}
 
 
+@app.agent("opens")
+async def opens(ctx: lantern.Context, url: str) -> Any:
+    """One HTTP step: its opening is the run's first commit (tests/crash/test_new_run_crash)."""
+    return await ctx.step("s1", post, ctx, url, 1, None)
+
+
 @app.agent("renamed", version="1")
 async def renamed(ctx: lantern.Context, url: str) -> str:
     await ctx.step("s1", post, ctx, url, 1, None)

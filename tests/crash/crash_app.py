@@ -2,7 +2,8 @@
 
 ``LANTERN_TEST_CRASH_AFTER=step_completed:s2`` kills the process right after the commit that
 journals step s2's completion, before step s3 is invoked (of the run
-``LANTERN_TEST_CRASH_RUN`` only, when that is set). The hook lives here, in the test
+``LANTERN_TEST_CRASH_RUN`` only, when that is set; ``LANTERN_TEST_CRASH_SKIP=N`` lets the
+first N matching commits through). The hook lives here, in the test
 build, and reaches the engine only through the public ``App.on_commit`` observer.
 """
 
@@ -34,6 +35,8 @@ if os.environ.get("LANTERN_TEST_PRELOAD_OPENAI"):
     import openai  # noqa: F401
 _CRASH_AFTER = os.environ.get("LANTERN_TEST_CRASH_AFTER", "")
 _CRASH_RUN = os.environ.get("LANTERN_TEST_CRASH_RUN", "")
+# Commits that match and are let through first (a run id is not known before its create).
+_crash_skip = [int(os.environ.get("LANTERN_TEST_CRASH_SKIP", "0"))]
 
 
 @app.on_commit
@@ -43,6 +46,9 @@ def crash_after(run_id: str, events: Sequence[NewEvent]) -> None:
     kind, _, step = _CRASH_AFTER.partition(":")
     # An empty step (``run_succeeded:``) matches an event of the run as a whole.
     if any(e.kind == kind and (e.step_id or "") == step for e in events):
+        if _crash_skip[0] > 0:
+            _crash_skip[0] -= 1
+            return
         os.kill(os.getpid(), signal.SIGKILL)
 
 

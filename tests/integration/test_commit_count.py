@@ -24,7 +24,7 @@ from typing import Any
 import lantern
 from lantern.engine.runs import create_run
 from lantern.engine.worker import Worker
-from lantern.store import Store
+from lantern.store import Run, Store
 
 STEPS = 10
 # A code-first step today: one journal commit (its step_completed with the next step's start
@@ -131,3 +131,47 @@ async def test_a_code_first_step_costs_no_more_commits_than_today(store: Store) 
     assert writes <= MAX_WRITES_PER_STEP, (one, ten)
     assert others <= MAX_OTHERS_PER_STEP, (one, ten)
     assert one[0] >= 1  # the counter sees the store's writes at all
+
+
+async def test_a_run_its_replica_drives_at_once_is_stored_with_its_opening(store: Store) -> None:
+    """``POST /v1/runs?wait=`` on a replica with a free slot (``Worker.start_new``): the run
+    is stored with its lease and opening in one transaction, a round trip (and on SQLite an
+    fsync) fewer than a create followed by the drive's opening. Code-first here; a graph's
+    and a plain agent's opening go through the same ``Drive.begin`` (both backends: the store's
+    ``start_new_run`` conformance test)."""
+    app = lantern.App()
+
+    async def noop() -> None:
+        return None
+
+    @app.agent("steps")
+    async def steps(ctx: lantern.Context, n: int) -> None:
+        for k in range(n):
+            await ctx.step(f"s{k}", noop)
+
+    async with Worker(store, app, worker_id="w1", lease_ttl=60) as worker:
+        assert worker.runner is not None
+        runner = worker.runner
+        counts = count_round_trips(store)
+
+        async def queued_then_opened() -> int:
+            before = counts.writes + counts.others
+            run = await create_run(store, "steps", {"n": 1}, app=app)
+            done = await runner.drive(run.id, known=run)
+            assert done is not None and done.status == "succeeded", done
+            return counts.writes + counts.others - before
+
+        async def stored_opened() -> int:
+            before = counts.writes + counts.others
+            run = await create_run(store, "steps", {"n": 1}, app=app, start=worker.start_new)
+            assert run.status == "running"  # stored started: no queued run in between
+            (drive,) = [t for t in worker._runs if t.get_name() == f"drive {run.id}"]
+            done = await drive
+            assert isinstance(done, Run) and done.status == "succeeded", done
+            return counts.writes + counts.others - before
+
+        await queued_then_opened()  # the first drive of an agent reads its definition once
+        # The least of three each, as above.
+        separate = min([await queued_then_opened() for _ in range(3)])
+        together = min([await stored_opened() for _ in range(3)])
+    assert together <= separate - 1, (separate, together)

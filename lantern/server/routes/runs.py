@@ -97,6 +97,10 @@ async def create(
             run_id=run_id,
             app=s.worker.app,
             priority=body.priority,
+            # A waiter gets the run once it ends: a run this replica drives is stored with
+            # its lease and opening in one commit (not for the 202 at once: the opening
+            # waits for the run's first step).
+            start=s.worker.start_new if wait else None,
         )
     try:
         # The wait holds a connection as a long-poll does; a key holding all it may (the

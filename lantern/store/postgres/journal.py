@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -20,14 +21,18 @@ from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.postgres.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _event
+from lantern.store.postgres.runs import _CREATE_RUN, create_args, created_row, flow_args, refused
 from lantern.store.records import (
     TERMINAL,
     Append,
     Delivery,
     DeliveryStatus,
     Event,
+    FlowOf,
     Lease,
     NewEvent,
+    Run,
+    RunFlow,
     RunUpdate,
 )
 
@@ -213,6 +218,22 @@ def _blob_rows(events: Iterable[NewEvent]) -> str:
     )
 
 
+def _start_params(
+    run_id: str, worker_id: str, ttl: float, events: Sequence[NewEvent], update: RunUpdate
+) -> dict[str, Any]:
+    return {
+        "run": run_id,
+        "worker": worker_id,
+        "ttl": ttl,
+        "release": update.status in TERMINAL,
+        "events": dumps(_event_rows(events)),
+        "blobs": _blob_rows(events),
+        "status": update.status,
+        "output": _json_or_none(update.output),
+        "error": _json_or_none(update.error),
+    }
+
+
 def _refused(item: Append, exc: Exception) -> StoreError:
     return StoreError(f"run {item.lease.run_id}: journal write refused: {exc}")
 
@@ -234,19 +255,10 @@ class Journal(PostgresConnection):
         events: Sequence[NewEvent],
         update: RunUpdate,
     ) -> Lease | None:
-        params = {
-            "run": run_id,
-            "worker": worker_id,
-            "ttl": ttl,
-            "release": update.status in TERMINAL,
-            "events": dumps(_event_rows(events)),
-            "blobs": _blob_rows(events),
-            "status": update.status,
-            "output": _json_or_none(update.output),
-            "error": _json_or_none(update.error),
-        }
         try:
-            row = await self._fetchone(_START_RUN, params)
+            row = await self._fetchone(
+                _START_RUN, _start_params(run_id, worker_id, ttl, events, update)
+            )
         except psycopg.errors.IntegrityError:
             return None  # the same worker id raced itself to start it; the other one did
         if row is None:
@@ -254,6 +266,42 @@ class Journal(PostgresConnection):
         if events:
             self.notifier.committed(run_id, events[-1].seq, update.status in TERMINAL)
         return Lease(run_id, worker_id, row[0])
+
+    async def start_new_run(
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None,
+        request_digest: str | None,
+        flow: FlowOf | None,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> tuple[Run, Lease | None]:
+        args = create_args(run, idempotency_key, request_digest, flow)
+        settled: RunFlow | None = None
+        started = None
+        try:
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(_CREATE_RUN.encode(), args)
+                row = created_row(run, await cur.fetchone())
+                if not row[3]:  # under flow control: stored queued, for a claim to count
+                    settled, args = flow_args(args, flow, row)
+                    cur = await conn.execute(_CREATE_RUN.encode(), args)
+                    row = created_row(run, await cur.fetchone())
+                elif row[0] == run.agent_version:
+                    params = _start_params(run.id, worker_id, ttl, events, update)
+                    cur = await conn.execute(_START_RUN.encode(), params)
+                    started = await cur.fetchone()
+        except psycopg.errors.UniqueViolation as exc:
+            raise refused(run, idempotency_key, exc) from exc
+        stored = replace(run, agent_version=row[0], flow=settled)
+        if started is None:
+            return stored, None
+        if events:
+            self.notifier.committed(run.id, events[-1].seq, update.status in TERMINAL)
+        return replace(stored, status=update.status), Lease(run.id, worker_id, started[0])
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
         row = await self._fetchone(

@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
-from lantern.errors import Conflict, NotFound, StoreError
+from lantern.errors import Conflict, LanternError, NotFound, StoreError
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.postgres.rows import _KEY_COLUMNS, _RUN_COLUMNS, _api_key, _run
 from lantern.store.records import (
@@ -49,6 +49,62 @@ WITH agent AS (
 )
 SELECT a.version, a.concurrency, a.max_runs, EXISTS (SELECT 1 FROM created) FROM agent a
 """
+
+
+def create_args(
+    run: Run, idempotency_key: str | None, request_digest: str | None, flow: FlowOf | None
+) -> dict[str, Any]:
+    """``_CREATE_RUN``'s first arguments: the newest version, inserted unless ``flow`` is
+    given and that version has flow control (then ``flow_args`` makes the second's)."""
+    return {
+        "id": run.id,
+        "workspace": run.workspace,
+        "agent": run.agent_name,
+        "status": run.status,
+        "input": Jsonb(run.input),
+        "created": run.created_at,
+        "key": idempotency_key,
+        "digest": request_digest,
+        "parent": run.parent_id,
+        "priority": run.priority,
+        "version": None,
+        "flow": flow is not None,
+        "flow_key": None,
+        "flow_limit": None,
+        "flow_max": None,
+    }
+
+
+def flow_args(
+    args: dict[str, Any], flow: FlowOf | None, row: TupleRow
+) -> tuple[RunFlow | None, dict[str, Any]]:
+    """What the run is claimed under, and the arguments inserting it pinned to ``row``'s
+    version (a first ``_CREATE_RUN`` that found flow control and inserted nothing)."""
+    assert flow is not None
+    settled = flow(row[1], row[2])
+    if settled is not None:
+        args = {
+            **args,
+            "flow_key": settled.key,
+            "flow_limit": settled.limit,
+            "flow_max": settled.max_runs,
+        }
+    return settled, {**args, "version": row[0]}
+
+
+def created_row(run: Run, row: TupleRow | None) -> TupleRow:
+    if row is None:
+        raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
+    return row
+
+
+def refused(
+    run: Run, idempotency_key: str | None, exc: psycopg.errors.UniqueViolation
+) -> LanternError:
+    """The domain error for an insert of ``run`` the database refused."""
+    if exc.diag.constraint_name == "runs_by_idempotency_key":
+        return Conflict(f"idempotency key {idempotency_key!r} was already used")
+    return StoreError(f"run {run.id}: {exc}")
 
 
 class Runs(PostgresConnection):
@@ -107,33 +163,12 @@ class Runs(PostgresConnection):
         request_digest: str | None = None,
         flow: FlowOf | None = None,
     ) -> Run:
-        args = {
-            "id": run.id,
-            "workspace": run.workspace,
-            "agent": run.agent_name,
-            "status": run.status,
-            "input": Jsonb(run.input),
-            "created": run.created_at,
-            "key": idempotency_key,
-            "digest": request_digest,
-            "parent": run.parent_id,
-            "priority": run.priority,
-            "version": None,
-            "flow": flow is not None,
-            "flow_key": None,
-            "flow_limit": None,
-            "flow_max": None,
-        }
+        args = create_args(run, idempotency_key, request_digest, flow)
         row = await self._create(run, args, idempotency_key)
         settled: RunFlow | None = None
         if not row[3]:
-            assert flow is not None
-            settled = flow(row[1], row[2])
-            if settled is not None:
-                args.update(
-                    flow_key=settled.key, flow_limit=settled.limit, flow_max=settled.max_runs
-                )
-            row = await self._create(run, {**args, "version": row[0]}, idempotency_key)
+            settled, args = flow_args(args, flow, row)
+            row = await self._create(run, args, idempotency_key)
         return replace(run, agent_version=row[0], flow=settled)
 
     async def _create(
@@ -142,12 +177,8 @@ class Runs(PostgresConnection):
         try:
             row = await self._fetchone(_CREATE_RUN, args)
         except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name == "runs_by_idempotency_key":
-                raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
-            raise StoreError(f"run {run.id}: {exc}") from exc
-        if row is None:
-            raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
-        return row
+            raise refused(run, idempotency_key, exc) from exc
+        return created_row(run, row)
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         row = await self._fetchone(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from lantern.errors import LeaseLost, StoreError
@@ -16,12 +17,16 @@ from lantern.store.records import (
     Delivery,
     DeliveryStatus,
     Event,
+    FlowOf,
     Lease,
     NewEvent,
+    Run,
+    RunFlow,
     RunUpdate,
 )
 from lantern.store.sqlite.leases import Leases
 from lantern.store.sqlite.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _delivery, _event
+from lantern.store.sqlite.runs import created, insert_run, refused
 
 EVENTS = (
     f"SELECT {_EVENT_COLUMNS}, NULL FROM journal_events WHERE run_id = ? AND seq > ? ORDER BY seq"
@@ -42,29 +47,66 @@ class Journal(Leases):
         events: Sequence[NewEvent],
         update: RunUpdate,
     ) -> Lease | None:
-        def tx(conn: sqlite3.Connection) -> Lease | None:
-            status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
-            journal = conn.execute(
-                "SELECT 1 FROM journal_events WHERE run_id = ? LIMIT 1", (run_id,)
-            ).fetchone()
-            if status is None or status[0] != "queued" or journal is not None:
-                return None
-            lease = self._upsert_lease(conn, run_id, worker_id, ttl, True)
-            if lease is not None:
-                _append_one(conn, Append(lease, tuple(events), update))
-                # Starting a queued run serves its workspace, as a claim does, so a run a
-                # replica drives at its create still counts in the claim's fairness.
-                conn.execute(
-                    "INSERT INTO workspace_claims (workspace, claimed_at)"
-                    " SELECT workspace, ? FROM runs WHERE id = ?"
-                    " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at",
-                    (time.time(), run_id),
-                )
-            return lease
-
-        lease = await self._write(tx)
+        lease = await self._write(lambda c: self._start(c, run_id, worker_id, ttl, events, update))
         if lease is not None and events:
             self.notifier.committed(run_id, events[-1].seq, update.status in TERMINAL)
+        return lease
+
+    async def start_new_run(
+        self,
+        run: Run,
+        *,
+        idempotency_key: str | None,
+        request_digest: str | None,
+        flow: FlowOf | None,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> tuple[Run, Lease | None]:
+        def tx(conn: sqlite3.Connection) -> tuple[tuple[int, RunFlow | None] | None, Lease | None]:
+            row = insert_run(conn, run, idempotency_key, request_digest, flow)
+            if row is None or row[0] != run.agent_version or row[1] is not None:
+                return row, None  # left queued, for whoever takes it as any other run
+            return row, self._start(conn, run.id, worker_id, ttl, events, update)
+
+        try:
+            row, lease = await self._write(tx)
+        except sqlite3.IntegrityError as exc:
+            raise refused(run, idempotency_key, exc) from exc
+        stored = created(run, row)
+        if lease is None:
+            return stored, None
+        if events:
+            self.notifier.committed(run.id, events[-1].seq, update.status in TERMINAL)
+        return replace(stored, status=update.status), lease
+
+    def _start(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        worker_id: str,
+        ttl: float,
+        events: Sequence[NewEvent],
+        update: RunUpdate,
+    ) -> Lease | None:
+        status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+        journal = conn.execute(
+            "SELECT 1 FROM journal_events WHERE run_id = ? LIMIT 1", (run_id,)
+        ).fetchone()
+        if status is None or status[0] != "queued" or journal is not None:
+            return None
+        lease = self._upsert_lease(conn, run_id, worker_id, ttl, True)
+        if lease is not None:
+            _append_one(conn, Append(lease, tuple(events), update))
+            # Starting a queued run serves its workspace, as a claim does, so a run a
+            # replica drives at its create still counts in the claim's fairness.
+            conn.execute(
+                "INSERT INTO workspace_claims (workspace, claimed_at)"
+                " SELECT workspace, ? FROM runs WHERE id = ?"
+                " ON CONFLICT (workspace) DO UPDATE SET claimed_at = excluded.claimed_at",
+                (time.time(), run_id),
+            )
         return lease
 
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from lantern.errors import Conflict, NotFound, StoreError
+from lantern.errors import Conflict, LanternError, NotFound, StoreError
 from lantern.store.codec import dumps, loads_or_none
 from lantern.store.records import (
     AgentVersion,
@@ -86,57 +86,13 @@ class Runs(SQLiteConnection):
         request_digest: str | None = None,
         flow: FlowOf | None = None,
     ) -> Run:
-        # The newest version, read in the transaction that inserts the run pinned to it.
-        newest = (
-            "SELECT version, definition -> '$.concurrency', definition -> '$.maxConcurrentRuns'"
-            " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
-        )
-        sql = (
-            "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
-            " created_at, updated_at, idempotency_key, request_digest, parent_run_id, priority,"
-            " flow_key, flow_limit, flow_max) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        created = run.created_at.timestamp()
-
-        def tx(conn: sqlite3.Connection) -> tuple[int, RunFlow | None] | None:
-            agent = conn.execute(newest, (run.workspace, run.agent_name)).fetchone()
-            if agent is None:
-                return None
-            version, concurrency, max_runs = agent
-            settled = None
-            if flow is not None and (concurrency is not None or max_runs is not None):
-                settled = flow(loads_or_none(concurrency), loads_or_none(max_runs))
-            conn.execute(
-                sql,
-                (
-                    run.id,
-                    run.workspace,
-                    run.agent_name,
-                    version,
-                    run.status,
-                    dumps(run.input),
-                    created,
-                    created,
-                    idempotency_key,
-                    request_digest,
-                    run.parent_id,
-                    run.priority,
-                    None if settled is None else settled.key,
-                    None if settled is None else settled.limit,
-                    None if settled is None else settled.max_runs,
-                ),
-            )
-            return version, settled
-
         try:
-            row = await self._write(tx)
+            row = await self._write(
+                lambda conn: insert_run(conn, run, idempotency_key, request_digest, flow)
+            )
         except sqlite3.IntegrityError as exc:
-            if violated(exc) == "runs_by_idempotency_key":
-                raise Conflict(f"idempotency key {idempotency_key!r} was already used") from exc
-            raise StoreError(f"run {run.id}: {exc}") from exc
-        if row is None:
-            raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
-        return replace(run, agent_version=row[0], flow=row[1])
+            raise refused(run, idempotency_key, exc) from exc
+        return created(run, row)
 
     async def run_for_key(self, workspace: str, idempotency_key: str) -> tuple[Run, str] | None:
         sql = (
@@ -299,3 +255,69 @@ class Runs(SQLiteConnection):
         )
         rows = await self._read(lambda c: c.execute(sql, (workspace, agent_name, runs)).fetchall())
         return [(r[0], r[1], loads_or_none(r[2])) for r in rows]
+
+
+# The newest version, read in the transaction that inserts the run pinned to it.
+_NEWEST = (
+    "SELECT version, definition -> '$.concurrency', definition -> '$.maxConcurrentRuns'"
+    " FROM agents WHERE workspace = ? AND name = ? ORDER BY version DESC LIMIT 1"
+)
+_INSERT_RUN = (
+    "INSERT INTO runs (id, workspace, agent_name, agent_version, status, input,"
+    " created_at, updated_at, idempotency_key, request_digest, parent_run_id, priority,"
+    " flow_key, flow_limit, flow_max) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def insert_run(
+    conn: sqlite3.Connection,
+    run: Run,
+    idempotency_key: str | None,
+    request_digest: str | None,
+    flow: FlowOf | None,
+) -> tuple[int, RunFlow | None] | None:
+    """Insert ``run`` pinned to its agent's newest version (in the caller's transaction): that
+    version and what the run is claimed under, or None for an unknown agent."""
+    agent = conn.execute(_NEWEST, (run.workspace, run.agent_name)).fetchone()
+    if agent is None:
+        return None
+    version, concurrency, max_runs = agent
+    settled = None
+    if flow is not None and (concurrency is not None or max_runs is not None):
+        settled = flow(loads_or_none(concurrency), loads_or_none(max_runs))
+    created = run.created_at.timestamp()
+    conn.execute(
+        _INSERT_RUN,
+        (
+            run.id,
+            run.workspace,
+            run.agent_name,
+            version,
+            run.status,
+            dumps(run.input),
+            created,
+            created,
+            idempotency_key,
+            request_digest,
+            run.parent_id,
+            run.priority,
+            None if settled is None else settled.key,
+            None if settled is None else settled.limit,
+            None if settled is None else settled.max_runs,
+        ),
+    )
+    return version, settled
+
+
+def created(run: Run, row: tuple[int, RunFlow | None] | None) -> Run:
+    """The run ``insert_run`` stored; NotFound when its agent is unknown."""
+    if row is None:
+        raise NotFound(f"agent {run.agent_name!r} not found (apply it first)")
+    return replace(run, agent_version=row[0], flow=row[1])
+
+
+def refused(run: Run, idempotency_key: str | None, exc: sqlite3.IntegrityError) -> LanternError:
+    """The domain error for an insert of ``run`` the database refused."""
+    if violated(exc) == "runs_by_idempotency_key":
+        return Conflict(f"idempotency key {idempotency_key!r} was already used")
+    return StoreError(f"run {run.id}: {exc}")
