@@ -17,8 +17,9 @@ column "HTTP POST+GET"), for comparison: what a client that does not ask to wait
 pays, a second request's parsing, authentication and reads.
 
 Measured, round by round and interleaved (which path goes first alternates by round), the same
-work over HTTP and in this process (``create_run`` then ``Runner.drive``, the same app, a
-database of its own so neither takes the other's runs, no tracing as a library user has it):
+work over HTTP and in this process (``create_run`` under an idempotency key, as the client
+sends one, then ``Runner.drive``; the same app, a database of its own so neither takes the
+other's runs, no tracing and no receipts, as a library user has it):
 
 - sequential: code-first runs of 10 steps and of 1 step, one at a time -> steps/s, and the
   marginal cost of one step, (µs per 10-step run - µs per 1-step run) / 9: what a step adds
@@ -422,7 +423,12 @@ class InProcess:
             while todo:
                 n = todo.pop()
                 started = time.perf_counter()
-                run = await create_run(self.store, agent, {"n": n}, WORKSPACE, app=app)
+                # Under an idempotency key, as the HTTP client creates every run: the same work.
+                self.made += 1
+                key = f"in-process-{self.made}"
+                run = await create_run(
+                    self.store, agent, {"n": n}, WORKSPACE, idempotency_key=key, app=app
+                )
                 done = await runner.drive(run.id)
                 if done is None or done.status != "succeeded":
                     raise RuntimeError(f"run {run.id} did not succeed")
