@@ -139,14 +139,17 @@ async def create_run(
         code_input.arguments(code, input)
         await code_agents.ensure_stored(store, workspace, code)
     digest = _request_digest(agent_name, input)
-    if idempotency_key is not None:
-        found = await store.run_for_key(workspace, idempotency_key)
-        if found is not None:
-            return _same_request(found, digest, idempotency_key)  # a retry: no new run
+    # A retry is found by the insert's conflict below, which spares every first create a
+    # lookup; only what refuses before the insert looks first: a child's parent may have
+    # finished since, and the workspace's queue may have filled.
     if parent_id is not None:
+        if retried := await _retried(store, workspace, idempotency_key, digest):
+            return retried
         await _check_parent(store, parent_id)
     quota = config.max_queued_runs()
     if await store.queued_count(workspace, quota) >= quota:
+        if retried := await _retried(store, workspace, idempotency_key, digest):
+            return retried
         raise UsageError(
             f"workspace {workspace!r} has {quota} runs queued, the limit "
             "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
@@ -233,6 +236,12 @@ async def _check_parent(store: Store, parent_id: str) -> None:
 def _request_digest(agent_name: str, input: Any) -> str:
     canonical = json.dumps([agent_name, input], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def _retried(store: Store, workspace: str, key: str | None, digest: str) -> Run | None:
+    """The run an earlier request under ``key`` created, if any."""
+    found = None if key is None else await store.run_for_key(workspace, key)
+    return None if found is None or key is None else _same_request(found, digest, key)
 
 
 def _same_request(found: tuple[Run, str], digest: str, key: str) -> Run:
