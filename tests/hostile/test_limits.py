@@ -242,18 +242,15 @@ def test_queued_runs_are_limited_per_workspace_and_claimed_fairly(
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             queued = [alice.start("wait", {"n": f"a{i}"}) for i in (2, 3)]
-            keyed = {
-                "json": {"agentName": "wait", "input": {"n": "a4"}},
-                "headers": {"Idempotency-Key": "a4"},
-            }
-            made = alice.http.post("/v1/runs", **keyed)
+            a4, key = {"agentName": "wait", "input": {"n": "a4"}}, {"Idempotency-Key": "a4"}
+            made = alice.http.post("/v1/runs", json=a4, headers=key)
             assert made.status_code == 202, made.text
             queued.append(made.json()["id"])
             refused = alice.http.post("/v1/runs", json={"agentName": "wait", "input": {"n": "a5"}})
             assert refused.status_code == 422, refused.text
             assert "LANTERN_MAX_QUEUED_RUNS" in refused.json()["detail"]
             # A retry of a create that was stored is answered its run, the queue full or not.
-            again = alice.http.post("/v1/runs", **keyed)
+            again = alice.http.post("/v1/runs", json=a4, headers=key)
             assert again.status_code in (200, 202) and again.json()["id"] == queued[-1], again.text
             time.sleep(0.01)
             theirs = bob.start("wait", {"n": "b1"})  # a quota of its own
