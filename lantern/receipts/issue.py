@@ -1,9 +1,10 @@
 """Issuing receipts: when a run finishes, sign what its journal says, once.
 
-The runner issues a run's receipt right after the commit that finished it. A process that dies
-in between leaves the run without one, so reading a receipt issues it when it is missing. The
-store keeps the first receipt stored for a run and hands it back to every later issuer, so a
-re-drive, a second replica or a retry never yields a second, different receipt.
+The runner has a run's receipt issued after the commit that finished it (in the background,
+many to a transaction: lantern.receipts.batch). A process that dies before it is stored leaves
+the run without one, so reading a receipt issues it when it is missing. The store keeps the
+first receipt stored for a run and hands it back to every later issuer, so a re-drive, a second
+replica or a retry never yields a second, different receipt.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Issuer:
 
     async def issue(self, run: Run) -> SignedReceipt:
         """Sign the finished run's receipt and store it, or return the one already stored."""
+        return SignedReceipt.of(await self.store.put_receipt(await self.sign(run)))
+
+    async def sign(self, run: Run) -> StoredReceipt:
+        """The finished run's receipt, signed now and not stored."""
         count, head = await self.store.journal_head(run.id)
         if head is None:
             raise Conflict(f"run {run.id}'s journal is not hash-chained: it cannot have a receipt")
@@ -84,14 +89,12 @@ class Issuer:
             "keyId": self.ring.kid,
         }
         body = canonical_json(receipt)
-        stored = await self.store.put_receipt(
-            StoredReceipt(run.id, self.ring.kid, body.decode(), self.ring.sign(body))
-        )
-        return SignedReceipt.of(stored)
+        return StoredReceipt(run.id, self.ring.kid, body.decode(), self.ring.sign(body))
 
     async def after_finish(self, run_id: str) -> None:
-        """The runner's hook: issue the receipt of the run it just finished. A failure here is
-        logged, not raised: the run is finished, and reading the receipt issues it later."""
+        """Issue the receipt of a run just finished, here and now (the batcher's fallback when
+        it is not running). A failure here is logged, not raised: the run is finished, and
+        reading the receipt issues it later."""
         try:
             run = await self.store.get_run(run_id)
             if run is None:

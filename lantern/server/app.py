@@ -24,6 +24,7 @@ from lantern.engine.retention import RetentionLoop
 from lantern.engine.worker import Worker
 from lantern.models.registry import Models
 from lantern.observability import tracing
+from lantern.receipts.batch import ReceiptBatcher
 from lantern.receipts.issue import open_issuer
 from lantern.runtime.relay import Relay
 from lantern.runtime.scheduler import Scheduler
@@ -76,6 +77,9 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         store = open_store(settings.database_url)
         await store.open()
         issuer = await open_issuer(settings, store)
+        # Finished runs' receipts, issued off the runs' critical path; left after the worker
+        # (below), so it issues those of the runs finished while the worker stopped.
+        batcher = ReceiptBatcher(issuer)
         scheduler = Scheduler(
             store,
             worker_id=settings.worker_id,
@@ -87,7 +91,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         relay = Relay(
             store,
             listeners=tools.commit_listeners,
-            finished=issuer.after_finish,
+            finished=batcher.submit,
             patience=settings.lease_ttl,
             app=tools,
             models=models,
@@ -103,7 +107,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             max_concurrent=settings.max_concurrent_runs,
             recovery_interval=settings.recovery_interval,
             max_recoveries=settings.max_recoveries,
-            issue_receipt=issuer.after_finish,
+            issue_receipt=batcher.submit,
             step_timeout=settings.step_timeout,
             egress=EgressPolicy.parse(settings.egress_allow),
             vault=vault,
@@ -114,7 +118,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
         )
         relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
         relay.live = worker.live  # a VM's ctx.live_text, to this process's followers
-        async with worker:
+        async with batcher, worker:
             assert worker.runner is not None
             # A VM run's anomalies are counted with this process's in-process runs.
             relay.drives.retry_rates = worker.runner.retry_rates

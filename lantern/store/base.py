@@ -290,6 +290,10 @@ class SigningStore(Protocol):
         """Store the run's receipt unless it has one; return the one stored (so concurrent
         issuers agree on a single receipt)."""
 
+    async def put_receipts(self, receipts: Sequence[StoredReceipt]) -> None:
+        """Store each run's receipt unless it has one, all in one transaction (one commit for
+        many runs); a run that has one keeps it, as with ``put_receipt``."""
+
     async def get_receipt(self, run_id: str) -> StoredReceipt | None: ...
 
     # operating runs across a workspace

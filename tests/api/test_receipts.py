@@ -10,6 +10,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -130,6 +131,30 @@ def test_a_receipt_verifies_with_a_plain_ed25519_library(
     assert events[-1]["data"]["output"] == run["output"]
     # Asked again, the same receipt: it is stored, not signed anew.
     assert alice.get(f"/v1/runs/{run['id']}/receipt").json() == body
+
+
+def test_a_receipt_read_as_soon_as_the_run_is_answered_is_the_one_kept(
+    api_server: Server, alice: httpx.Client
+) -> None:
+    """The server issues receipts in the background, after answering the run's waiter: a read
+    right after ``POST ?wait`` issues the receipt itself, and the background issue that may
+    race it must not leave the run with another. (Graph runs here; every kind of run reaches
+    the same hook with its id, so the batch treats them alike.)"""
+    answers: list[tuple[str, dict[str, Any]]] = []
+    for i in range(8):
+        made = alice.post(
+            "/v1/runs", params={"wait": 20}, json={"agentName": "noop", "input": {"x": i}}
+        )
+        assert made.status_code == 200 and made.json()["status"] == "succeeded", made.text
+        read = alice.get(f"/v1/runs/{made.json()['id']}/receipt")
+        assert read.status_code == 200, read.text
+        answers.append((made.json()["id"], read.json()))
+    jwks = httpx.get(f"{api_server.url}/v1/receipts/keys", timeout=10).json()
+    time.sleep(0.3)  # the background issue has long been stored by now
+    for run_id, first in answers:
+        assert alice.get(f"/v1/runs/{run_id}/receipt").json() == first
+        events = alice.get(f"/v1/runs/{run_id}/events").json()["items"]
+        third_party_verify(first, jwks, events)
 
 
 def test_receipt_status_codes(

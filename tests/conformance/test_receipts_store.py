@@ -15,8 +15,9 @@ from lantern.config import Settings
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.errors import Conflict
+from lantern.receipts.batch import ReceiptBatcher
 from lantern.receipts.export import local_export
-from lantern.receipts.issue import Issuer, open_issuer
+from lantern.receipts.issue import Issuer, SignedReceipt, open_issuer
 from lantern.receipts.keys import KeyRing, parse_pem, private_pem
 from lantern.receipts.verify import verify
 from lantern.store import Run, Store
@@ -88,6 +89,46 @@ async def test_the_first_receipt_stored_for_a_run_is_the_one_kept(store: Store) 
     assert (first.body, first.signature) == (second.body, second.signature) == ('{"a":1}', "sig1")
     stored = await store.get_receipt(run.id)
     assert stored is not None and stored.body == '{"a":1}' and stored.created_at is not None
+
+
+async def test_a_batch_of_receipts_keeps_any_stored_first(store: Store) -> None:
+    runs = [await finished_run(store, None, []) for _ in range(3)]
+    await store.register_signing_key("k1", "x1")
+    kept = await store.put_receipt(StoredReceipt(runs[0].id, "k1", '{"a":0}', "sig0"))
+    batch = [StoredReceipt(r.id, "k1", f'{{"b":{i}}}', f"b{i}") for i, r in enumerate(runs)]
+    # Racing a read that issues the second run's receipt: either may be first, one is kept.
+    _, raced = await asyncio.gather(
+        store.put_receipts(batch), store.put_receipt(StoredReceipt(runs[1].id, "k1", "{}", "r"))
+    )
+    got = [await store.get_receipt(r.id) for r in runs]
+    assert got[0] is not None and (got[0].body, got[0].signature) == (kept.body, kept.signature)
+    assert got[1] is not None and (got[1].body, got[1].signature) == (raced.body, raced.signature)
+    assert got[2] is not None and (got[2].body, got[2].signature) == ('{"b":2}', "b2")
+    await store.put_receipts([])  # nothing to store: no transaction either
+
+
+async def test_runs_finishing_together_get_one_valid_receipt_each(store: Store) -> None:
+    """Graph runs here; plain-agent, code-first and microVM runs reach the same hook with their
+    id (the runner's issue_receipt, the relay's finished), so the batch treats them alike."""
+    issuer = Issuer(store, ring())
+    await _register(store, issuer)
+    await apply_agent(store, AGENT)
+    created = [await create_run(store, "pair", {"x": i}) for i in range(12)]
+    async with ReceiptBatcher(issuer) as batcher:
+        hook = batcher.submit
+        async with Worker(store, tools([]), worker_id="w", lease_ttl=30, issue_receipt=hook) as w:
+            assert w.runner is not None
+            runs = await asyncio.gather(*(w.runner.drive(c.id) for c in created))
+        # Read as soon as the run is answered, perhaps while its receipt is pending.
+        early = await issuer.receipt(runs[0]) if runs[0] is not None else None
+    # Stopped cleanly: every pending receipt was issued, none is left to a read.
+    for run in runs:
+        assert run is not None and run.status == "succeeded"
+        stored = await store.get_receipt(run.id)
+        assert stored is not None, run.id
+        assert verify(await local_export(store, issuer, run.id), jwks(issuer.ring)) == []
+    first = await store.get_receipt(created[0].id)
+    assert first is not None and SignedReceipt.of(first) == early
 
 
 async def test_journal_head_is_the_count_and_the_last_hash(store: Store) -> None:

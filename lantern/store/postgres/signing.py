@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lantern.store.postgres.connection import PostgresConnection
 from lantern.store.records import SigningKey, StoredReceipt
 
@@ -90,6 +92,17 @@ class Signing(PostgresConnection):
             row = await cur.fetchone()
         assert row is not None
         return StoredReceipt(*row)
+
+    async def put_receipts(self, receipts: Sequence[StoredReceipt]) -> None:
+        if not receipts:
+            return
+        async with self._connection() as conn, conn.transaction():
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO receipts (run_id, key_id, body, signature)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING",
+                    [(r.run_id, r.key_id, r.body, r.signature) for r in receipts],
+                )
 
     async def get_receipt(self, run_id: str) -> StoredReceipt | None:
         row = await self._fetchone(

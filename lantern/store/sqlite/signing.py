@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 
 from lantern.store.records import SigningKey, StoredReceipt
 from lantern.store.sqlite.connection import SQLiteConnection
@@ -80,6 +81,13 @@ class Signing(SQLiteConnection):
             return stored
 
         return await self._write(tx)
+
+    async def put_receipts(self, receipts: Sequence[StoredReceipt]) -> None:
+        now = time.time()
+        rows = [(r.run_id, r.key_id, r.body, r.signature, now) for r in receipts]
+        sql = "INSERT INTO receipts VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+        if rows:
+            await self._write(lambda c: c.executemany(sql, rows))
 
     async def get_receipt(self, run_id: str) -> StoredReceipt | None:
         return await self._read(lambda c: _receipt(c, run_id))
