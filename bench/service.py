@@ -26,9 +26,9 @@ other's runs, no tracing and no receipts, as a library user has it):
   to a run, with the run's fixed costs (create, wait, lease, opening and closing commits)
   taken out. Graph runs of 10 steps, one at a time, too.
 - 32 and 256 runs at a time (code-first, 10 steps) -> steps/s.
-- CPU per step: the server process's user+system time (/proc/PID/stat) over the HTTP
-  sections (each path's own), this process's over the in-process ones (PostgreSQL's own
-  processes are not in either).
+- CPU per step: the server process's user+system time (/proc/PID/stat), its child
+  processes' included, over the HTTP sections (each path's own), this process's over the
+  in-process ones (PostgreSQL's own processes are not in either).
 - latency of a 1-step run, POST to finished, one at a time: with ``POST /v1/runs?wait=30``
   (one request, answered with the finished run when the server supports it; otherwise the
   client follows with ``GET ?wait``) and with POST then GET ``?wait`` -> p50 and p99.
@@ -321,9 +321,17 @@ def free_port() -> int:
 
 
 def process_cpu(pid: int | str) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
+    """User + system CPU seconds of a process so far, its children's included, those still
+    running (the span export process) and those it has waited for (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    for child in Path(f"/proc/{pid}/task").glob("*/children"):
+        for kid in child.read_text().split():
+            try:
+                ticks += round(process_cpu(kid) * os.sysconf("SC_CLK_TCK"))
+            except (OSError, IndexError):
+                pass  # exited meanwhile: counted in cutime from now on
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class ServerProcess:
