@@ -113,10 +113,14 @@ async def create(
         return JSONResponse(run_json(run), status_code=202)
     try:
         with s.store.notifier.subscribe(run.id) as sub:
-            # Subscribed before the run is handed on, so its end is heard; a queued run (ours,
-            # just made, or an earlier one an Idempotency-Key named) needs no second read.
+            # Subscribed before the run is handed on, so its end is heard. A queued run (ours,
+            # just made, or an earlier one an Idempotency-Key named) needs no second read, nor
+            # does ours started here (``start_new``): it is as its opening commit stored it
+            # unless it ended since, and an end committed here before this subscription is
+            # remembered by the notifier, so the subscription starts out ``finished`` (then
+            # read). An earlier run the key named may have moved on since it was read.
             s.worker.take(run)
-            read = run.status != "queued"
+            read = run.status != "queued" and run.id != run_id
             run = await finished_within(s.store, key, run, sub, wait, read=read)
     finally:
         release()
@@ -199,9 +203,9 @@ async def finished_within(
     notifier when a commit ends the run (in-process, and LISTEN/NOTIFY between replicas), not
     by polling nor by its steps' commits; a re-read every REREAD_S is the safety net for a
     lost notification. ``read``: read the run first (the subscription was taken after the
-    caller's read)."""
+    caller's read); it is read first too when its end was heard already."""
     deadline = time.monotonic() + wait
-    if read:
+    if read or sub.finished:
         run = await owned_run(store, run.id, key)
     while not run.finished and (left := deadline - time.monotonic()) > 0:
         if sub.finished:  # heard of its end, yet read before it: never a busy loop
