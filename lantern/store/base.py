@@ -93,6 +93,10 @@ class JournalStore(Protocol):
     async def journal_head(self, run_id: str) -> tuple[int, str | None]:
         """How many events the run's journal holds, and the hash of the last one."""
 
+    async def journal_heads(self, run_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        """``journal_head`` of each of ``run_ids`` (every one a key; ``(0, None)`` for a run
+        with no events, or no run), in one query for the ids a receipt batch holds."""
+
     async def claim_delivery(self, lease: Lease, delivery: Delivery) -> Delivery:
         """Claim a delivery before dispatching it, fenced by the lease: insert it as claimed,
         or take over a failed one for this attempt; return the receipt as stored (a delivered
@@ -204,6 +208,10 @@ class RunStore(Protocol):
         """Which of these runs have a cancellation request."""
 
     async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """The runs of ``run_ids`` that exist, by id (an unknown id is absent), in one query
+        for the ids a receipt batch holds."""
 
     async def workspace_usage(self, workspace: str, since: datetime) -> RunUsage:
         """The model usage of the workspace's runs created at or after ``since``."""

@@ -255,6 +255,15 @@ class Runs(PostgresConnection):
         row = await self._fetchone(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
         return None if row is None else _run(row)
 
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        if not run_ids:
+            return {}
+        # One array parameter, however many ids: no IN list to bound here.
+        rows = await self._fetchall(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ANY(%s)", (list(run_ids),)
+        )
+        return {run.id: run for run in map(_run, rows)}
+
     async def list_runs(
         self,
         workspace: str,

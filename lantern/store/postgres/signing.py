@@ -62,6 +62,20 @@ class Signing(PostgresConnection):
         assert row is not None
         return int(row[0]), row[1]
 
+    async def journal_heads(self, run_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        heads: dict[str, tuple[int, str | None]] = dict.fromkeys(run_ids, (0, None))
+        if not run_ids:
+            return heads
+        rows = await self._fetchall(
+            "SELECT run_id, count(*), (SELECT hash FROM journal_events l"
+            " WHERE l.run_id = j.run_id ORDER BY seq DESC LIMIT 1)"
+            " FROM journal_events j WHERE run_id = ANY(%s) GROUP BY run_id",
+            (list(run_ids),),
+        )
+        for run_id, count, head in rows:
+            heads[run_id] = (int(count), head)
+        return heads
+
     async def register_signing_key(self, kid: str, x: str) -> None:
         async with self._connection() as conn:
             await conn.execute(

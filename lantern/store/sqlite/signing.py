@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from lantern.store.records import SigningKey, StoredReceipt
 from lantern.store.sqlite.connection import SQLiteConnection
 from lantern.store.sqlite.rows import _time
+from lantern.store.sqlite.runs import in_lists, marks
 
 
 class Signing(SQLiteConnection):
@@ -57,6 +58,21 @@ class Signing(SQLiteConnection):
         )
         row = await self._lookup(lambda c: c.execute(sql, (run_id, run_id)).fetchone())
         return int(row[0]), row[1]
+
+    async def journal_heads(self, run_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        def read(conn: sqlite3.Connection) -> dict[str, tuple[int, str | None]]:
+            heads: dict[str, tuple[int, str | None]] = dict.fromkeys(run_ids, (0, None))
+            for ids in in_lists(run_ids):
+                sql = (
+                    "SELECT run_id, COUNT(*), (SELECT hash FROM journal_events l"
+                    " WHERE l.run_id = j.run_id ORDER BY seq DESC LIMIT 1)"
+                    f" FROM journal_events j WHERE run_id IN ({marks(ids)}) GROUP BY run_id"
+                )
+                for run_id, count, head in conn.execute(sql, ids):
+                    heads[run_id] = (int(count), head)
+            return heads
+
+        return await self._lookup(read)
 
     async def register_signing_key(self, kid: str, x: str) -> None:
         sql = "INSERT INTO signing_keys VALUES (?, ?, ?) ON CONFLICT (kid) DO NOTHING"
