@@ -71,7 +71,11 @@ class Issuer:
 
     async def sign(self, run: Run) -> StoredReceipt:
         """The finished run's receipt, signed now and not stored."""
-        count, head = await self.store.journal_head(run.id)
+        return self.signed(run, *await self.store.journal_head(run.id))
+
+    def signed(self, run: Run, count: int, head: str | None) -> StoredReceipt:
+        """The finished run's receipt over its journal head (``journal_head``'s answer),
+        signed now and not stored: the one signing a single read and a batch both use."""
         if head is None:
             raise Conflict(f"run {run.id}'s journal is not hash-chained: it cannot have a receipt")
         receipt = {
