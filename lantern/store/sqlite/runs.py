@@ -167,6 +167,9 @@ class Runs(SQLiteConnection):
         return None if row is None else _run(row)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        if not run_ids:
+            return {}
+
         def read(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             rows: list[sqlite3.Row] = []
             for ids in in_lists(run_ids):
@@ -281,11 +284,19 @@ _INSERT_RUN = (
 
 # Ids to one IN list: far under the parameter limit of any SQLite build (999 before 3.32),
 # and a receipt batch (MAX_BATCH) fits in one.
-IN_LIST = 500
+IN_LIST = 512
 
 
 def in_lists(ids: Sequence[str]) -> list[tuple[str, ...]]:
-    return [tuple(ids[i : i + IN_LIST]) for i in range(0, len(ids), IN_LIST)]
+    """``ids`` in IN lists of at most IN_LIST, each padded (with its last id, which changes no
+    answer) to a power of two from 8: a handful of statement texts, not one per batch size,
+    so they stay in the connection's statement cache and do not push the lookups out of it."""
+    lists = []
+    for i in range(0, len(ids), IN_LIST):
+        chunk = tuple(ids[i : i + IN_LIST])
+        size = max(8, 1 << (len(chunk) - 1).bit_length())
+        lists.append(chunk + chunk[-1:] * (size - len(chunk)))
+    return lists
 
 
 def marks(ids: Sequence[str]) -> str:

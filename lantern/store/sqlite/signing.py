@@ -72,7 +72,7 @@ class Signing(SQLiteConnection):
                     heads[run_id] = (int(count), head)
             return heads
 
-        return await self._lookup(read)
+        return await self._lookup(read) if run_ids else {}
 
     async def register_signing_key(self, kid: str, x: str) -> None:
         sql = "INSERT INTO signing_keys VALUES (?, ?, ?) ON CONFLICT (kid) DO NOTHING"
