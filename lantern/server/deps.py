@@ -16,7 +16,7 @@ from lantern.secrets.vault import Vault
 from lantern.server import auth
 from lantern.server.ratelimit import Limiter, Streams
 from lantern.store.base import Store
-from lantern.store.records import ApiKey, Run
+from lantern.store.records import ApiKey, Run, RunDetail
 
 
 @dataclass
@@ -67,7 +67,18 @@ def scope(name: str) -> Callable[[Request], Awaitable[ApiKey]]:
 
 
 async def owned_run(store: Store, run_id: str, key: ApiKey) -> Run:
-    run = await store.get_run(run_id)
+    return _owned(run_id, key, await store.get_run(run_id))
+
+
+async def owned_detail(store: Store, run_id: str, key: ApiKey) -> RunDetail:
+    """``owned_run`` with the run's children and key, read with it (``Store.run_detail``)."""
+    detail = await store.run_detail(run_id)
+    _owned(run_id, key, None if detail is None else detail.run)
+    assert detail is not None
+    return detail
+
+
+def _owned(run_id: str, key: ApiKey, run: Run | None) -> Run:
     if run is None:
         raise NotFound(f"run {run_id} not found")
     if run.workspace != key.workspace:

@@ -22,6 +22,7 @@ from lantern.store.records import (
     Orphan,
     PendingApproval,
     Run,
+    RunDetail,
     RunGauges,
     RunStatus,
     RunUpdate,
@@ -242,6 +243,10 @@ class RunStore(Protocol):
 
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's sub-agent steps started."""
+
+    async def run_detail(self, run_id: str) -> RunDetail | None:
+        """The run, its children's ids and its idempotency key in one query: what a read of
+        the run through the API answers (``get_run``, ``children`` and ``run_key`` at once)."""
 
     async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
         """Which of ``run_ids`` belong to ``workspace``."""

@@ -95,6 +95,15 @@ class Run:
 
 
 @dataclass(frozen=True)
+class RunDetail:
+    """A run with what its API answer shows beside it, read with it in one query."""
+
+    run: Run
+    children: list[str]  # the ids of the runs its sub-agent steps started, by id
+    idempotency_key: str | None  # the key it was created under (a schedule's fire has one)
+
+
+@dataclass(frozen=True)
 class ApiKey:
     """An API key as stored: the secret itself is never kept, only its SHA-256."""
 

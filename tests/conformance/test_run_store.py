@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lantern.engine.runs import create_run
 from lantern.errors import Conflict, StoreError
 from lantern.store import Run, Store
 from tests.conformance.helpers import DEFINITION, new_run
@@ -85,3 +86,26 @@ async def test_open_is_idempotent_and_reapplies_nothing(database_url: str) -> No
     saved = await s.get_agent("default", "a")
     assert saved is not None and saved.version == 2
     await s.close()
+
+
+async def test_a_runs_detail_is_the_run_its_children_and_its_key_read_at_once(
+    store: Store,
+) -> None:
+    parent = await new_run(store)
+    keyed = await create_run(store, "a", {"n": 2}, idempotency_key="order-7")
+    children = [
+        await create_run(store, "a", {"c": n}, parent_id=parent.id, run_id=f"{parent.id[:20]}{n}")
+        for n in (3, 1, 2)
+    ]
+
+    detail = await store.run_detail(parent.id)
+    assert detail is not None
+    assert detail.run == await store.get_run(parent.id)
+    assert detail.children == [c.id for c in await store.children(parent.id)]
+    assert sorted(detail.children) == detail.children == sorted(c.id for c in children)
+    assert detail.idempotency_key is None
+
+    leaf = await store.run_detail(keyed.id)
+    assert leaf is not None and (leaf.children, leaf.idempotency_key) == ([], "order-7")
+    assert leaf.idempotency_key == await store.run_key(keyed.id)
+    assert await store.run_detail("run_missing") is None

@@ -1,4 +1,5 @@
-"""What ``POST /v1/runs?wait=`` reads of the run it made: once, when the run has ended.
+"""What ``POST /v1/runs?wait=`` reads of the run it made: once, when the run has ended, its
+children with it (``Store.run_detail``).
 
 The run a replica starts at its create (``Worker.start_new``) is as its opening commit stored
 it until it ends, and its end is heard by the commit notifier (remembered for a run that ended
@@ -24,7 +25,6 @@ from lantern.config import Settings
 from lantern.server.app import create_app
 from lantern.server.auth import issue_key
 from lantern.server.deps import Services
-from lantern.store import Run
 
 requesting: ContextVar[bool] = ContextVar("requesting", default=False)
 
@@ -63,15 +63,20 @@ async def test_a_create_that_waits_reads_its_started_run_once(
 ) -> None:
     async with served(database_url, tmp_path) as (client, services):
         store: Any = services.store
-        get_run: Callable[[str], Awaitable[Run | None]] = store.get_run
-        reads: list[str] = []
+        reads: list[tuple[str, str]] = []
 
-        async def counted(run_id: str) -> Run | None:
-            if requesting.get():  # the request's own reads, not the receipts' in the background
-                reads.append(run_id)
-            return await get_run(run_id)
+        def counted(name: str) -> None:
+            read: Callable[[str], Awaitable[Any]] = getattr(store, name)
 
-        store.get_run = counted
+            async def counting(run_id: str) -> Any:
+                if requesting.get():  # the request's own reads, not the receipts' batch
+                    reads.append((name, run_id))
+                return await read(run_id)
+
+            setattr(store, name, counting)
+
+        for name in ("get_run", "run_detail", "children", "run_key"):
+            counted(name)
 
         async def create(n: int) -> dict[str, Any]:
             token = requesting.set(True)
@@ -95,4 +100,16 @@ async def test_a_create_that_waits_reads_its_started_run_once(
         for n in range(1, 4):
             reads.clear()
             body = await create(n)
-            assert reads == [body["id"]], reads  # the finished run, read once
+            # The finished run, read once, its children with it.
+            assert reads == [("run_detail", body["id"])], reads
+
+        # A read of the finished run through the API is one query too.
+        reads.clear()
+        token = requesting.set(True)
+        try:
+            got = await client.get(f"/v1/runs/{body['id']}", params={"wait": 5})
+        finally:
+            requesting.reset(token)
+        assert got.status_code == 200, got.text
+        assert (got.json()["children"], got.json()["schedule"]) == ([], None)
+        assert reads == [("run_detail", body["id"])], reads

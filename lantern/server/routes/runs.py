@@ -17,7 +17,7 @@ from lantern.engine.runs import create_run
 from lantern.engine.schedules import schedule_of_key
 from lantern.engine.signals import NAME, send
 from lantern.errors import UsageError
-from lantern.server.deps import owned_run, scope, services
+from lantern.server.deps import owned_detail, owned_run, scope, services
 from lantern.server.ratelimit import StreamsExceeded
 from lantern.server.schemas import (
     PROBLEMS,
@@ -34,7 +34,7 @@ from lantern.server.schemas import (
 )
 from lantern.store.base import Store
 from lantern.store.notify import Subscription
-from lantern.store.records import ApiKey, Event, Run
+from lantern.store.records import ApiKey, Event, Run, RunDetail
 from lantern.store.schedules import SCHEDULE_KEYS
 from lantern.views import delivery_json, event_json, run_json
 
@@ -121,12 +121,12 @@ async def create(
             # read). An earlier run the key named may have moved on since it was read.
             s.worker.take(run)
             read = run.status != "queued" and run.id != run_id
-            run = await finished_within(s.store, key, run, sub, wait, read=read)
+            detail = await finished_within(s.store, key, run, sub, wait, read=read)
     finally:
         release()
-    if not run.finished:
-        return JSONResponse(run_json(run), status_code=202)
-    return JSONResponse({**run_json(run), "children": await child_ids(s.store, run)})
+    if not detail.run.finished:
+        return JSONResponse(run_json(detail.run), status_code=202)
+    return JSONResponse({**run_json(detail.run), "children": detail.children})
 
 
 @router.get("", response_model=RunPage)
@@ -175,49 +175,47 @@ async def get(
     s = services(request)
     store = s.store
     if not wait:
-        run = await owned_run(store, run_id, key)
+        detail = await owned_detail(store, run_id, key)
     else:
         # Subscribed, then read: the run's end is heard however soon it comes, and the wait
         # needs no second read before it sleeps.
         with store.notifier.subscribe(run_id) as sub:
-            run = await owned_run(store, run_id, key)
-            if not run.finished:
+            detail = await owned_detail(store, run_id, key)
+            if not detail.run.finished:
                 with s.streams.hold(key.id):  # a long-poll holds a connection as a stream does
-                    run = await finished_within(store, key, run, sub, wait, read=False)
+                    detail = await finished_within(store, key, detail.run, sub, wait, read=False)
     # A ready response, not a dict for ``response_model`` to validate again: the body is
     # ``run_json`` of the store's record, the shape RunOut describes, and checking it once more
     # on every read (the call a client waiting on a run makes) bought nothing for its cost.
     return JSONResponse(
         {
-            **run_json(run),
-            "children": await child_ids(store, run),
-            "schedule": schedule_of_key(await store.run_key(run.id)),
+            **run_json(detail.run),
+            "children": detail.children,
+            "schedule": schedule_of_key(detail.idempotency_key),
         }
     )
 
 
 async def finished_within(
     store: Store, key: ApiKey, run: Run, sub: Subscription, wait: float, *, read: bool = True
-) -> Run:
+) -> RunDetail:
     """The run once it finished, or as it stands after ``wait`` seconds. Woken by the commit
     notifier when a commit ends the run (in-process, and LISTEN/NOTIFY between replicas), not
     by polling nor by its steps' commits; a re-read every REREAD_S is the safety net for a
     lost notification. ``read``: read the run first (the subscription was taken after the
-    caller's read); it is read first too when its end was heard already."""
+    caller's read); it is read first too when its end was heard already. Each read takes the
+    run's children and key with it (``Store.run_detail``), so the answer needs no more."""
     deadline = time.monotonic() + wait
-    if read or sub.finished:
-        run = await owned_run(store, run.id, key)
-    while not run.finished and (left := deadline - time.monotonic()) > 0:
+    detail = await owned_detail(store, run.id, key) if read or sub.finished else None
+    while (
+        not (detail.run if detail else run).finished and (left := deadline - time.monotonic()) > 0
+    ):
         if sub.finished:  # heard of its end, yet read before it: never a busy loop
             await asyncio.sleep(min(left, SETTLE_S))
         else:
             await sub.until_finished(timeout=min(left, REREAD_S))
-        run = await owned_run(store, run.id, key)
-    return run
-
-
-async def child_ids(store: Store, run: Run) -> list[str]:
-    return [c.id for c in await store.children(run.id)]
+        detail = await owned_detail(store, run.id, key)
+    return detail or await owned_detail(store, run.id, key)
 
 
 @router.get("/{run_id}/events", response_model=EventPage)

@@ -20,6 +20,7 @@ from lantern.store.records import (
     Decision,
     FlowOf,
     Run,
+    RunDetail,
     RunFlow,
     RunStatus,
     RunUsage,
@@ -332,6 +333,14 @@ class Runs(PostgresConnection):
             (agent_name, list(versions)),
         )
         return [r[0] for r in rows]
+
+    async def run_detail(self, run_id: str) -> RunDetail | None:
+        row = await self._fetchone(
+            f"SELECT {_RUN_COLUMNS}, idempotency_key, ARRAY(SELECT c.id FROM runs c"
+            " WHERE c.parent_run_id = %s ORDER BY c.id) FROM runs WHERE id = %s",
+            (run_id, run_id),
+        )
+        return None if row is None else RunDetail(_run(row), list(row[-1]), row[-2])
 
     async def children(self, run_id: str) -> list[Run]:
         rows = await self._fetchall(

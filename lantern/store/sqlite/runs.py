@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from lantern.store.records import (
     Decision,
     FlowOf,
     Run,
+    RunDetail,
     RunFlow,
     RunStatus,
     RunUsage,
@@ -249,6 +251,16 @@ class Runs(SQLiteConnection):
         )
         rows = await self._read(lambda c: c.execute(sql, (agent_name, *versions)).fetchall())
         return [r[0] for r in rows]
+
+    async def run_detail(self, run_id: str) -> RunDetail | None:
+        sql = (
+            f"SELECT {_RUN_COLUMNS}, idempotency_key, (SELECT json_group_array(id) FROM"
+            " (SELECT id FROM runs WHERE parent_run_id = ? ORDER BY id)) FROM runs WHERE id = ?"
+        )
+        row = await self._lookup(lambda c: c.execute(sql, (run_id, run_id)).fetchone())
+        if row is None:
+            return None
+        return RunDetail(_run(row), json.loads(row[-1]), row[-2])
 
     async def children(self, run_id: str) -> list[Run]:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY id"
