@@ -11,13 +11,18 @@ its creator waits on ``stored`` for the run as stored (``running``, or ``queued`
 store declined to start it: a newer version than the drive was made for, or flow control,
 whose slots only a claim counts), None when the drive never wrote it (it declined before
 its commit: the creator then stores the run as any other), or the create's error (an
-idempotency key's Conflict, an unknown agent, the database away), nothing stored.
+idempotency key's Conflict, an unknown agent, the database away, or, for a run the store
+would have left queued, its workspace's full queue), nothing stored.
+
+The queue limit (LANTERN_MAX_QUEUED_RUNS) bounds the runs waiting to start; a run started
+at its create never waits, so its create pays no count of the queue: the store counts it
+only when it stores the run queued after all, in that same transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lantern.errors import StoreUnavailable
@@ -33,6 +38,8 @@ class NewRun:
     idempotency_key: str | None
     request_digest: str
     flow: FlowOf
+    max_queued: int | None = None  # the queue limit for the run if it is stored queued after all
+    queue_full: Callable[[], Exception] | None = None  # what that refusal raises
     stored: asyncio.Future[Run | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -78,6 +85,8 @@ class NewRun:
                 ttl=ttl,
                 events=events,
                 update=update,
+                max_queued=self.max_queued,
+                queue_full=self.queue_full,
             )
         except BaseException as exc:
             self.fail(exc)

@@ -24,8 +24,11 @@ from lantern.store.codec import dumps, value_problem
 from lantern.store.records import AgentVersion, FlowOf, Run, RunFlow
 
 DEFAULT_WORKSPACE = "default"
-# Stores a new run started by this process (``Worker.start_new``), or None when it did not.
-Start = Callable[[Run, str | None, str, FlowOf], Awaitable[Run | None]]
+# Stores a new run started by this process (``Worker.start_new``), or None when it did not;
+# the queue limit, and what a full queue raises, for a run it stores queued after all.
+Start = Callable[
+    [Run, str | None, str, FlowOf, int, Callable[[], Exception]], Awaitable[Run | None]
+]
 CANCEL_PATIENCE = 5.0  # seconds a child refused under a cancel waits for the cancel to land
 
 
@@ -129,6 +132,9 @@ async def create_run(
     a UsageError and no run is made. ``priority`` (0-9) orders the runs that may start.
     ``start`` (``Worker.start_new``) may store the run already started by this process, with
     its lease and opening in the same transaction; a run it did not store is stored here.
+    The workspace's queue limit counts the runs stored queued, each in one place: here before
+    a run is stored queued, or (a run ``start`` stores) in the store's own transaction, only
+    when it leaves the run queued after all. A run started at its create never waits.
     """
     flow.check_priority(priority)
     problem = value_problem([agent_name, input])
@@ -147,13 +153,6 @@ async def create_run(
             return retried
         await _check_parent(store, parent_id)
     quota = config.max_queued_runs()
-    if await store.queued_count(workspace, quota) >= quota:
-        if retried := await _retried(store, workspace, idempotency_key, digest):
-            return retried
-        raise UsageError(
-            f"workspace {workspace!r} has {quota} runs queued, the limit "
-            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
-        )
     now = datetime.now(UTC)
     run = Run(
         id=run_id or new_run_id(),
@@ -177,10 +176,19 @@ async def create_run(
     try:
         started = None
         if start is not None and parent_id is None:
-            started = await start(run, idempotency_key, digest, flow_of)
+            started = await start(run, idempotency_key, digest, flow_of, quota, _QueueFull)
+        if started is None and await store.queued_count(workspace, quota) >= quota:
+            raise _QueueFull
         created = started or await store.create_run(
             run, idempotency_key=idempotency_key, request_digest=digest, flow=flow_of
         )
+    except _QueueFull:
+        if retried := await _retried(store, workspace, idempotency_key, digest):
+            return retried
+        raise UsageError(
+            f"workspace {workspace!r} has {quota} runs queued, the limit "
+            "(LANTERN_MAX_QUEUED_RUNS); wait for some to start"
+        ) from None
     except Conflict:
         assert idempotency_key is not None
         found = await store.run_for_key(workspace, idempotency_key)
@@ -231,6 +239,10 @@ async def _check_parent(store: Store, parent_id: str) -> None:
             f"this run is {depth - 1} sub-agents deep, the limit of"
             f" {limits.MAX_SUBAGENT_DEPTH}; it starts no more"
         )
+
+
+class _QueueFull(Exception):
+    """The workspace has its limit of runs queued: nothing was stored."""
 
 
 def _request_digest(agent_name: str, input: Any) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -71,13 +71,20 @@ class JournalStore(Protocol):
         ttl: float,
         events: Sequence[NewEvent],
         update: RunUpdate,
+        max_queued: int | None = None,
+        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         """``create_run`` and ``start_run`` in one transaction (one commit where a create its
         replica drives at once made two): the run as stored (its status ``update``'s when
         started) and its lease. Started only when the version pinned is ``run.agent_version``
         (the one its opening was made for) and it is under no flow control (a claim alone
         counts those slots); else stored queued, nothing more written, and no lease. Raises
-        as ``create_run`` does, with nothing stored."""
+        as ``create_run`` does, with nothing stored.
+
+        ``max_queued``: a run started here never waits in its workspace's queue, so only one
+        stored queued is counted against that limit, in the same transaction: with
+        ``max_queued`` or more other runs of its workspace queued, nothing is stored and
+        ``queue_full()`` is raised (the creator decides what a full queue answers)."""
 
     async def append(self, batch: Append) -> None:
         """Write events and the run update in one transaction, or raise LeaseLost.

@@ -10,7 +10,7 @@ lands because another append of the same run, at the current epoch, shares its s
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from lantern.errors import LeaseLost, StoreError
 from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.postgres.connection import PostgresConnection
+from lantern.store.postgres.quotas import QUEUE_FULL
 from lantern.store.postgres.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _event
 from lantern.store.postgres.runs import _CREATE_RUN, create_args, created_row, flow_args, refused
 from lantern.store.records import (
@@ -278,6 +279,8 @@ class Journal(PostgresConnection):
         ttl: float,
         events: Sequence[NewEvent],
         update: RunUpdate,
+        max_queued: int | None = None,
+        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         args = create_args(run, idempotency_key, request_digest, flow)
         settled: RunFlow | None = None
@@ -294,6 +297,13 @@ class Journal(PostgresConnection):
                     params = _start_params(run.id, worker_id, ttl, events, update)
                     cur = await conn.execute(_START_RUN.encode(), params)
                     started = await cur.fetchone()
+                if started is None and max_queued is not None:
+                    # Left queued, for whoever takes it as any other run: it waits in the queue.
+                    full = {"workspace": run.workspace, "id": run.id, "at_most": max_queued}
+                    cur = await conn.execute(QUEUE_FULL.encode(), full)
+                    if (await cur.fetchone()) == (True,):
+                        assert queue_full is not None
+                        raise queue_full()  # and the insert is rolled back
         except psycopg.errors.UniqueViolation as exc:
             raise refused(run, idempotency_key, exc) from exc
         stored = replace(run, agent_version=row[0], flow=settled)

@@ -6,6 +6,14 @@ from collections.abc import Sequence
 
 from lantern.store.postgres.connection import PostgresConnection
 
+# Whether ``at_most`` or more runs of the workspace other than ``id`` are queued: read in the
+# transaction that stores ``id`` queued (``Journal.start_new_run``), bounded as
+# ``queued_count`` is.
+QUEUE_FULL = (
+    "SELECT COUNT(*) >= %(at_most)s FROM (SELECT 1 FROM runs WHERE workspace = %(workspace)s"
+    " AND status = 'queued' AND id <> %(id)s LIMIT %(at_most)s) q"
+)
+
 
 class Quotas(PostgresConnection):
     async def queued_count(self, workspace: str, at_most: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +25,7 @@ from lantern.store.records import (
     RunUpdate,
 )
 from lantern.store.sqlite.leases import Leases
+from lantern.store.sqlite.quotas import queue_is_full
 from lantern.store.sqlite.rows import _EVENT_COLUMNS, _RECEIPT_COLUMNS, _delivery, _event
 from lantern.store.sqlite.runs import created, insert_run, refused
 
@@ -63,12 +64,20 @@ class Journal(Leases):
         ttl: float,
         events: Sequence[NewEvent],
         update: RunUpdate,
+        max_queued: int | None = None,
+        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         def tx(conn: sqlite3.Connection) -> tuple[tuple[int, RunFlow | None] | None, Lease | None]:
             row = insert_run(conn, run, idempotency_key, request_digest, flow)
-            if row is None or row[0] != run.agent_version or row[1] is not None:
-                return row, None  # left queued, for whoever takes it as any other run
-            return row, self._start(conn, run.id, worker_id, ttl, events, update)
+            lease = None
+            if row is not None and row[0] == run.agent_version and row[1] is None:
+                lease = self._start(conn, run.id, worker_id, ttl, events, update)
+            if row is not None and lease is None and max_queued is not None:
+                # Left queued, for whoever takes it as any other run: it waits in the queue.
+                if queue_is_full(conn, run.workspace, run.id, max_queued):
+                    assert queue_full is not None
+                    raise queue_full()  # and the insert is rolled back
+            return row, lease
 
         try:
             row, lease = await self._write(tx)

@@ -8,6 +8,19 @@ from typing import Any
 
 from lantern.store.sqlite.connection import SQLiteConnection
 
+# Whether ``:at_most`` or more runs of the workspace other than ``:id`` are queued: read in the
+# transaction that stores ``:id`` queued (``Journal.start_new_run``), bounded as
+# ``queued_count`` is.
+QUEUE_FULL = (
+    "SELECT COUNT(*) >= :at_most FROM (SELECT 1 FROM runs WHERE workspace = :workspace"
+    " AND status = 'queued' AND id <> :id LIMIT :at_most)"
+)
+
+
+def queue_is_full(conn: sqlite3.Connection, workspace: str, run_id: str, at_most: int) -> bool:
+    args = {"workspace": workspace, "id": run_id, "at_most": at_most}
+    return bool(conn.execute(QUEUE_FULL, args).fetchone()[0])
+
 
 class Quotas(SQLiteConnection):
     async def queued_count(self, workspace: str, at_most: int) -> int:
