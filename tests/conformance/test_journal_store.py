@@ -4,16 +4,14 @@ PostgreSQL alike."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 
 from lantern.engine.journal import EventWriter, fold
 from lantern.errors import Conflict, LeaseLost, NotFound, StoreError
-from lantern.ids import new_run_id
 from lantern.store import Append, Lease, Run, RunUpdate, Store
 from lantern.store.records import RunFlow
-from tests.conformance.helpers import DEFINITION, ev, new_run
+from tests.conformance.helpers import DEFINITION, ev, fresh, new_run
 
 
 async def test_append_writes_events_and_run_update_together(store: Store) -> None:
@@ -261,19 +259,3 @@ async def test_start_new_run_stores_leases_and_opens_a_run_in_one_transaction(
     assert none is None and held.status == "queued"
     assert held.flow is not None and held.flow.key == "k"
     assert await store.events(held.id) == [] and await store.runs_leased_by("w1") == [stored.id]
-
-
-def fresh(agent: str, version: int) -> Run:
-    now = datetime.now(UTC)
-    return Run(
-        id=new_run_id(),
-        workspace="default",
-        agent_name=agent,
-        agent_version=version,
-        status="queued",
-        input={"n": 1},
-        output=None,
-        error=None,
-        created_at=now,
-        updated_at=now,
-    )

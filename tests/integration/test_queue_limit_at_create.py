@@ -15,27 +15,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 import lantern
-from lantern.config import Settings
 from lantern.errors import Conflict
-from lantern.ids import new_run_id
-from lantern.server.app import create_app
-from lantern.server.auth import issue_key
-from lantern.server.deps import Services
 from lantern.store import Lease, Run, RunUpdate, Store
 from lantern.store.records import RunFlow
-from tests.conformance.helpers import DEFINITION, ev
-
-requesting: ContextVar[bool] = ContextVar("requesting", default=False)
+from tests import in_process_api
+from tests.conformance.helpers import DEFINITION, ev, fresh
 
 app = lantern.App()
 gate: dict[str, asyncio.Event] = {}
@@ -63,22 +54,6 @@ async def one_at_a_time(ctx: lantern.Context, n: int) -> dict[str, int]:
 
 class QueueFull(Exception):
     pass
-
-
-def fresh(agent: str, version: int) -> Run:
-    now = datetime.now(UTC)
-    return Run(
-        id=new_run_id(),
-        workspace="default",
-        agent_name=agent,
-        agent_version=version,
-        status="queued",
-        input={"n": 1},
-        output=None,
-        error=None,
-        created_at=now,
-        updated_at=now,
-    )
 
 
 async def test_the_store_counts_the_queue_only_for_a_run_it_leaves_queued(store: Store) -> None:
@@ -138,47 +113,25 @@ async def test_the_store_counts_the_queue_only_for_a_run_it_leaves_queued(store:
 @asynccontextmanager
 async def served(
     database_url: str, data: Path
-) -> AsyncIterator[tuple[httpx.AsyncClient, Any, list[str]]]:
-    """The app of `lantern serve`, started in this process: the client, its store, and the
-    workspaces of the queue counts its requests read."""
-    settings = Settings(database_url=database_url, worker_id="quota-1", data_dir=str(data))
-    guard: Any = create_app(settings, app, grace=5)
-    api: FastAPI = guard.app
-    async with api.router.lifespan_context(api):
-        services: Services = api.state.services
-        store: Any = services.store
-        queued_count = store.queued_count
-        counts: list[str] = []
-
-        async def counted(workspace: str, at_most: int) -> int:
-            if requesting.get():
-                counts.append(workspace)
-            result: int = await queued_count(workspace, at_most)
-            return result
-
-        store.queued_count = counted
-        _, key = await issue_key(services.store, "default", {"runs:execute", "runs:read"})
-        transport = httpx.ASGITransport(app=guard)
-        headers = {"Authorization": f"Bearer {key}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://lantern", headers=headers, timeout=30
-        ) as client:
-            yield client, store, counts
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any, list[tuple[str, Any]]]]:
+    """The app, started in this process: the client, its store, and the queue counts its
+    requests read (each as ("queued_count", workspace))."""
+    async with in_process_api.served(app, database_url, data, "quota-1") as (client, services):
+        counts = in_process_api.count_calls(services.store, ("queued_count",))
+        yield client, services.store, counts
 
 
 async def create(
     client: httpx.AsyncClient, agent: str, n: int, wait: float, key: str | None = None
 ) -> httpx.Response:
-    token = requesting.set(True)
-    try:
-        return await client.post(
+    return await in_process_api.requested(
+        client.post(
             "/v1/runs",
             params={"wait": wait},
             json={"agentName": agent, "input": {"n": n}},
             headers={} if key is None else {"Idempotency-Key": key},
         )
-    finally:
-        requesting.reset(token)
+    )
 
 
 async def test_a_create_that_starts_its_run_reads_no_queue_count(
@@ -189,7 +142,7 @@ async def test_a_create_that_starts_its_run_reads_no_queue_count(
         # made for the agent's version once); from the second on the create starts the run.
         first = await create(client, "one-step", 0, wait=30)
         assert first.status_code == 200 and first.json()["status"] == "succeeded", first.text
-        assert counts == ["default"]
+        assert counts == [("queued_count", "default")]
         counts.clear()
         for n in range(1, 4):
             response = await create(client, "one-step", n, wait=30)
