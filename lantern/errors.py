@@ -66,6 +66,11 @@ class Forbidden(LanternError):
     """The key lacks a scope, or the object belongs to another workspace."""
 
 
+class QueueFull(LanternError):
+    """The workspace has its limit of runs queued (LANTERN_MAX_QUEUED_RUNS): the run was not
+    stored. Raised by the store's own count; the create decides what it answers."""
+
+
 class StoreError(LanternError):
     """The database failed or refused a write."""
 

@@ -22,7 +22,7 @@ only when it stores the run queued after all, in that same transaction.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lantern.errors import StoreUnavailable
@@ -39,7 +39,6 @@ class NewRun:
     request_digest: str
     flow: FlowOf
     max_queued: int | None = None  # the queue limit for the run if it is stored queued after all
-    queue_full: Callable[[], Exception] | None = None  # what that refusal raises
     stored: asyncio.Future[Run | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -86,7 +85,6 @@ class NewRun:
                 events=events,
                 update=update,
                 max_queued=self.max_queued,
-                queue_full=self.queue_full,
             )
         except BaseException as exc:
             self.fail(exc)

@@ -16,7 +16,7 @@ from lantern.engine import code_agents, code_input
 from lantern.engine.graph import parse_agent
 from lantern.engine.microvm import MicroVmAgent
 from lantern.engine.validate import Knows, tool_problems
-from lantern.errors import Conflict, DefinitionError, NotFound, TooLarge, UsageError
+from lantern.errors import Conflict, DefinitionError, NotFound, QueueFull, TooLarge, UsageError
 from lantern.ids import new_run_id
 from lantern.models.router import Routes
 from lantern.store.base import Store
@@ -25,10 +25,8 @@ from lantern.store.records import AgentVersion, FlowOf, Run, RunFlow
 
 DEFAULT_WORKSPACE = "default"
 # Stores a new run started by this process (``Worker.start_new``), or None when it did not;
-# the queue limit, and what a full queue raises, for a run it stores queued after all.
-Start = Callable[
-    [Run, str | None, str, FlowOf, int, Callable[[], Exception]], Awaitable[Run | None]
-]
+# the queue limit applies to a run it stores queued after all (QueueFull).
+Start = Callable[[Run, str | None, str, FlowOf, int], Awaitable[Run | None]]
 CANCEL_PATIENCE = 5.0  # seconds a child refused under a cancel waits for the cancel to land
 
 
@@ -176,13 +174,13 @@ async def create_run(
     try:
         started = None
         if start is not None and parent_id is None:
-            started = await start(run, idempotency_key, digest, flow_of, quota, _QueueFull)
+            started = await start(run, idempotency_key, digest, flow_of, quota)
         if started is None and await store.queued_count(workspace, quota) >= quota:
-            raise _QueueFull
+            raise QueueFull
         created = started or await store.create_run(
             run, idempotency_key=idempotency_key, request_digest=digest, flow=flow_of
         )
-    except _QueueFull:
+    except QueueFull:
         if retried := await _retried(store, workspace, idempotency_key, digest):
             return retried
         raise UsageError(
@@ -239,10 +237,6 @@ async def _check_parent(store: Store, parent_id: str) -> None:
             f"this run is {depth - 1} sub-agents deep, the limit of"
             f" {limits.MAX_SUBAGENT_DEPTH}; it starts no more"
         )
-
-
-class _QueueFull(Exception):
-    """The workspace has its limit of runs queued: nothing was stored."""
 
 
 def _request_digest(agent_name: str, input: Any) -> str:

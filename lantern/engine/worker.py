@@ -276,7 +276,6 @@ class Worker:
         request_digest: str,
         flow: FlowOf,
         max_queued: int,
-        queue_full: Callable[[], Exception],
     ) -> Run | None:
         """Store ``run`` (being created here, not stored yet) with its lease and opening in
         one commit (``lantern.engine.new_run``) and drive it, when this process would take it
@@ -284,8 +283,8 @@ class Worker:
         is made for it). The run as stored (``running`` when started here; ``queued`` when the
         store declined, then for ``take``), or None when nothing was stored (the caller then
         stores it as any run). Raises what its create raised, with nothing stored: among it
-        ``queue_full()``, when the store declined and ``max_queued`` runs of the workspace
-        were queued already."""
+        QueueFull, when the store declined and ``max_queued`` runs of the workspace were
+        queued already."""
         assert self.runner is not None, "use the worker as an async context manager"
         version = self.runner.newest(run.workspace, run.agent_name)
         if version is None or not self._takes(run):
@@ -296,7 +295,6 @@ class Worker:
             request_digest,
             flow,
             max_queued,
-            queue_full,
         )
         self._taken.add(run.id)
         task = self._start(run.id, None, new=new)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -72,7 +72,6 @@ class JournalStore(Protocol):
         events: Sequence[NewEvent],
         update: RunUpdate,
         max_queued: int | None = None,
-        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         """``create_run`` and ``start_run`` in one transaction (one commit where a create its
         replica drives at once made two): the run as stored (its status ``update``'s when
@@ -84,7 +83,7 @@ class JournalStore(Protocol):
         ``max_queued``: a run started here never waits in its workspace's queue, so only one
         stored queued is counted against that limit, in the same transaction: with
         ``max_queued`` or more other runs of its workspace queued, nothing is stored and
-        ``queue_full()`` is raised (the creator decides what a full queue answers)."""
+        QueueFull is raised (the creator decides what a full queue answers)."""
 
     async def append(self, batch: Append) -> None:
         """Write events and the run update in one transaction, or raise LeaseLost.

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 import lantern
-from lantern.errors import Conflict
+from lantern.errors import Conflict, QueueFull
 from lantern.store import Lease, Run, RunUpdate, Store
 from lantern.store.records import RunFlow
 from tests import in_process_api
@@ -52,10 +52,6 @@ async def one_at_a_time(ctx: lantern.Context, n: int) -> dict[str, int]:
     return {"n": n}
 
 
-class QueueFull(Exception):
-    pass
-
-
 async def test_the_store_counts_the_queue_only_for_a_run_it_leaves_queued(store: Store) -> None:
     """``start_new_run`` with a queue limit: a run it starts is stored whatever the queue
     holds; one it declines to start is stored queued while the limit has room, and past it
@@ -74,7 +70,6 @@ async def test_the_store_counts_the_queue_only_for_a_run_it_leaves_queued(store:
             events=(ev(1, "run_started"),),
             update=RunUpdate("running"),
             max_queued=max_queued,
-            queue_full=QueueFull,
         )
 
     # Under flow control, with room: stored queued (one place of two taken).

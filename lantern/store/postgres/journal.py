@@ -10,13 +10,13 @@ lands because another append of the same run, at the current epoch, shares its s
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import psycopg
 
-from lantern.errors import LeaseLost, StoreError
+from lantern.errors import LeaseLost, QueueFull, StoreError
 from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.postgres.connection import PostgresConnection
@@ -280,7 +280,6 @@ class Journal(PostgresConnection):
         events: Sequence[NewEvent],
         update: RunUpdate,
         max_queued: int | None = None,
-        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         args = create_args(run, idempotency_key, request_digest, flow)
         settled: RunFlow | None = None
@@ -302,8 +301,7 @@ class Journal(PostgresConnection):
                     full = {"workspace": run.workspace, "id": run.id, "at_most": max_queued}
                     cur = await conn.execute(QUEUE_FULL.encode(), full)
                     if (await cur.fetchone()) == (True,):
-                        assert queue_full is not None
-                        raise queue_full()  # and the insert is rolled back
+                        raise QueueFull  # and the insert is rolled back
         except psycopg.errors.UniqueViolation as exc:
             raise refused(run, idempotency_key, exc) from exc
         stored = replace(run, agent_version=row[0], flow=settled)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from lantern.errors import LeaseLost, StoreError
+from lantern.errors import LeaseLost, QueueFull, StoreError
 from lantern.store.codec import dumps
 from lantern.store.group_commit import GroupCommitter
 from lantern.store.records import (
@@ -65,7 +65,6 @@ class Journal(Leases):
         events: Sequence[NewEvent],
         update: RunUpdate,
         max_queued: int | None = None,
-        queue_full: Callable[[], Exception] | None = None,
     ) -> tuple[Run, Lease | None]:
         def tx(conn: sqlite3.Connection) -> tuple[tuple[int, RunFlow | None] | None, Lease | None]:
             row = insert_run(conn, run, idempotency_key, request_digest, flow)
@@ -75,8 +74,7 @@ class Journal(Leases):
             if row is not None and lease is None and max_queued is not None:
                 # Left queued, for whoever takes it as any other run: it waits in the queue.
                 if queue_is_full(conn, run.workspace, run.id, max_queued):
-                    assert queue_full is not None
-                    raise queue_full()  # and the insert is rolled back
+                    raise QueueFull  # and the insert is rolled back
             return row, lease
 
         try:
