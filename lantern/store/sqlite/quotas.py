@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lantern.store.sqlite.connection import SQLiteConnection
+from lantern.store.sqlite.runs import in_lists, marks
 
 # Whether ``:at_most`` or more runs of the workspace other than ``:id`` are queued: read in the
 # transaction that stores ``:id`` queued (``Journal.start_new_run``), bounded as
@@ -32,13 +33,10 @@ class Quotas(SQLiteConnection):
         return int(row[0])
 
     async def runs_in_workspace(self, workspace: str, run_ids: Sequence[str]) -> set[str]:
-        ids = list(run_ids)
         found: set[str] = set()
-        for start in range(0, len(ids), 500):  # SQLite's bound on variables per statement
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
-            sql = f"SELECT id FROM runs WHERE workspace = ? AND id IN ({marks})"
-            rows = await self._read(_select(sql, (workspace, *part)))
+        for ids in in_lists(run_ids):
+            sql = f"SELECT id FROM runs WHERE workspace = ? AND id IN ({marks(ids)})"
+            rows = await self._read(_select(sql, (workspace, *ids)))
             found.update(r[0] for r in rows)
         return found
 
