@@ -53,6 +53,7 @@ def serve(
     from lantern.models.registry import Models
     from lantern.receipts.keys import load_ring
     from lantern.secrets import box, redact
+    from lantern.server import heap
     from lantern.server.app import create_app
 
     with_database(ctx, database_url)
@@ -107,6 +108,7 @@ def serve(
     # place that is a no-op, so a clean stop exits 0 instead of dying of SIGTERM.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    heap.settle()  # the app and every module are loaded: what is here now lives as long
     server.run()
     if not server.started:
         fail("the server did not start (see the log above)", 1)
