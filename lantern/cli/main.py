@@ -198,6 +198,7 @@ def run_agent(
         from lantern.engine.runs import create_run
         from lantern.engine.worker import Worker
         from lantern.models.registry import Models
+        from lantern.receipts.issue import open_issuer
 
         app = load_user_app(app_spec, app_dir)
         async with opened(s) as store:
@@ -207,10 +208,13 @@ def run_agent(
                     f"{agent} runs in a microVM: --wait needs a server with a runtime node"
                     " (LANTERN_URL); without --wait the run is queued for one"
                 )
+            # Receipts as lantern serve issues them, at each run's end (its children's too);
+            # a bad LANTERN_SIGNING_KEY stops the command here, before it creates anything.
+            issuer = await open_issuer(s, store) if wait else None
             created = await create_run(
                 store, agent, value, app=app, priority=5 if priority is None else priority
             )
-            if not wait:
+            if issuer is None:
                 click.echo(created.id)
                 return 0
             models = Models.from_settings(s.models)
@@ -223,6 +227,7 @@ def run_agent(
                     step_timeout=s.step_timeout,
                     models=models,
                     tool_threads=s.tool_threads,
+                    issue_receipt=issuer.after_finish,
                 ) as w:
                     assert w.runner is not None
                     lease = None

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from lantern.store import open_store
+from tests.fake_llm import FakeProvider, Script
 
 LANTERN = Path(sys.executable).parent / "lantern"
 
@@ -37,6 +38,11 @@ TOOLS = textwrap.dedent(
     @app.tool("math.explode")
     async def explode(ctx: lantern.ToolContext, x: int) -> dict:
         raise RuntimeError(f"boom at {x} in {ctx.step_id}")
+
+
+    @app.agent("tripler")
+    async def tripler(ctx: lantern.Context, x: int) -> int:
+        return await ctx.step("triple", lambda: 3 * x)
     '''
 )
 
@@ -112,16 +118,21 @@ class Cli:
         finished: dict[str, Any] = json.loads(result.stdout)
         return finished
 
-    def stored_agent(self, name: str) -> Any:
+    def stored(self, read: Any) -> Any:
+        """What ``read(store)`` answers, read from the database directly."""
+
         async def get() -> Any:
             store = open_store(self.database_url)
             await store.open()
             try:
-                return await store.get_agent("default", name)
+                return await read(store)
             finally:
                 await store.close()
 
         return asyncio.run(get())
+
+    def stored_agent(self, name: str) -> Any:
+        return self.stored(lambda store: store.get_agent("default", name))
 
 
 @pytest.fixture
@@ -233,6 +244,35 @@ def test_run_wait_prints_the_finished_run_and_runs_show_its_steps(cli: Cli) -> N
     assert steps["double"][1:2] == ["tool"]
     assert "completed" in steps["start"] and "completed" in steps["double"]
     assert "in flight" not in shown and "error" not in shown
+
+
+def test_run_wait_stores_each_runs_signed_receipt_at_its_end(cli: Cli) -> None:
+    """As lantern serve does: the receipt is in the database when the command returns, not
+    issued later by its first read. Graph, code-first and plain runs alike; a microVM run is
+    refused --wait without a server (above)."""
+    cli.apply(doubler())
+    cli.apply({"name": "chat", "model": "gpt-4o-mini", "maxTokens": 20})
+    provider = FakeProvider(script=Script(["Hi."])).start()
+    try:
+        cli.env.update(provider.env())
+        finished = [
+            cli.run_wait("doubler", {"x": 2}, status=0),
+            cli.run_wait("tripler", {"x": 2}, status=0),
+            cli.run_wait("chat", "hello", status=0),
+        ]
+    finally:
+        provider.close()
+    assert [f["output"] for f in finished][:2] == [{"doubled": 4}, 6]
+    for run in finished:
+        stored = cli.stored(lambda store, run_id=run["id"]: store.get_receipt(run_id))
+        assert stored is not None, run["agentName"]
+        receipt = json.loads(stored.body)
+        assert (receipt["runId"], receipt["status"]) == (run["id"], "succeeded")
+        events = cli.stored(lambda store, run_id=run["id"]: store.events(run_id))
+        assert receipt["eventCount"] == len(events)
+    # The key that signed them is the data directory's, and verifies them.
+    verified = cli("receipt", "verify", finished[1]["id"]).stdout
+    assert verified.startswith(f"receipt verified: run {finished[1]['id']} succeeded")
 
 
 def test_a_failing_tool_fails_the_run_with_its_message(cli: Cli) -> None:
