@@ -13,19 +13,23 @@ says.
         run = parsed(Run.from_json, api.get(f"/v1/runs/{seg(run_id)}"))
         api.post(f"/v1/runs/{seg(run_id)}/cancel")
 
-Proxies from the environment (``HTTP_PROXY``...) are not used: a Lantern server is reached
-directly.
+A proxy named in the environment is used as curl and the SDK's httpx use it: ``HTTPS_PROXY``
+for an https:// server (a ``CONNECT`` tunnel, TLS end to end), ``HTTP_PROXY`` for an http://
+one (requests in absolute form), ``ALL_PROXY`` for either, in upper or lower case; ``NO_PROXY``
+names the hosts reached directly. The proxy's URL is http:// and may carry ``user:password@``.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import os
 import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
 from lantern.errors import UsageError
 from lantern.sdk.errors import ConnectionFailed, InvalidResponse, error_from_body
@@ -69,6 +73,18 @@ class Api:
             "User-Agent": USER_AGENT,
         }
         self._connection: http.client.HTTPConnection | None = None
+        self._proxy = _proxy_for(parts.scheme, parts.hostname)
+        # An http:// server through a proxy is asked for absolute URLs; an https:// one is
+        # reached through a tunnel, and its requests are as if direct.
+        self._origin = ""
+        self._tunnel_headers: dict[str, str] = {}
+        if self._proxy is not None:
+            auth = _proxy_authorization(self._proxy)
+            if parts.scheme == "http":
+                self._origin = f"http://{parts.netloc.rpartition('@')[2]}"
+                self._headers.update(auth)
+            else:
+                self._tunnel_headers = auth
 
     def __repr__(self) -> str:
         return f"Api({self.base_url!r})"
@@ -127,7 +143,7 @@ class Api:
     ) -> Any:
         """Send, retrying as ``lantern/sdk/retry.py`` says; the answer's JSON, or the error
         it maps to."""
-        target = self._prefix + path
+        target = self._origin + self._prefix + path
         query = {k: param(v) for k, v in (params or {}).items() if v is not None}
         if query:
             target += "?" + urlencode(query)
@@ -176,7 +192,13 @@ class Api:
                 if self._scheme == "https"
                 else http.client.HTTPConnection
             )
-            connection = kind(self._host, self._port, timeout=self.timeout)
+            proxy = self._proxy
+            if proxy is None:
+                connection = kind(self._host, self._port, timeout=self.timeout)
+            else:
+                connection = kind(proxy.hostname or "", proxy.port or 80, timeout=self.timeout)
+                if self._scheme == "https":
+                    connection.set_tunnel(self._host, self._port, headers=self._tunnel_headers)
             try:
                 connection.connect()
             except OSError as exc:  # refused, unresolvable, timed out: nothing was sent
@@ -204,6 +226,34 @@ class Api:
         what = type(exc).__name__ if exc is not None else "error"
         detail = f"{what}: {exc}" if exc is not None and str(exc) else what
         return ConnectionFailed(f"{method} {self.base_url}{path}: {detail}{tries}")
+
+
+def _proxy_for(scheme: str, host: str) -> SplitResult | None:
+    """The proxy the environment names for a server at ``host``, or None."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return None  # the usual case, spared urllib.request's imports
+    import urllib.request
+
+    named = urllib.request.getproxies()
+    url = named.get(scheme) or named.get("all")
+    if not url or urllib.request.proxy_bypass(host):
+        return None
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    if parts.scheme != "http" or not parts.hostname:
+        raise UsageError(f"the proxy for {scheme}:// must be an http:// URL: {shown}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise UsageError(f"the proxy for {scheme}:// has a bad port: {shown}") from exc
+    return parts
+
+
+def _proxy_authorization(proxy: SplitResult) -> dict[str, str]:
+    if proxy.username is None:
+        return {}
+    pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+    return {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
 
 
 class _Unsent(Exception):

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from lantern import Client
 from lantern.cli.main import main
 from tests.api.test_endpoints import NOOP
+from tests.proxy import forward_proxy
 from tests.server import ALL_SCOPES, LANTERN, Server, free_port, make_key
 
 TRIAGE_APP = textwrap.dedent(
@@ -241,12 +242,13 @@ def test_workers_list_and_journal_verify_go_to_the_server(sqlite_server: Server)
     # No database at all: only the server can answer.
     nowhere = "sqlite:////nonexistent/dir/never.db"
 
-    def remote(api_key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def remote(api_key: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         env = clean_env(
             LANTERN_URL=sqlite_server.url,
             LANTERN_API_KEY=api_key,
             LANTERN_DATABASE_URL=nowhere,
             COLUMNS="200",
+            **env,
         )
         return in_process(*args, env=env)
 
@@ -263,6 +265,17 @@ def test_workers_list_and_journal_verify_go_to_the_server(sqlite_server: Server)
     missing = remote(key, "journal", "verify", "run_missing")
     assert missing.returncode == 1 and "not found" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+    # Behind a proxy the environment names, the command line's own client goes through it
+    # (as the SDK's does): `runs list` is one request of it.
+    with forward_proxy() as proxy:
+        listed = remote(key, "runs", "list", HTTP_PROXY=proxy.url)
+    assert listed.returncode == 0, listed.stderr
+    assert run.id in listed.stdout
+    assert [method for method, _ in proxy.seen] == ["GET"]
+    assert proxy.seen[0][1].startswith(f"{sqlite_server.url}/v1/runs")
+    bad = remote(key, "runs", "list", HTTP_PROXY="socks5://h:1")
+    assert_usage_line(bad, "the proxy for http:// must be an http:// URL")
 
 
 def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: Path) -> None:

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from lantern.cli.api import Api
-from lantern.errors import UsageError
+from lantern.errors import LanternError, UsageError
 from lantern.sdk.errors import ConnectionFailed, NotFoundError, ServerError, Unprocessable
 from lantern.sdk.retry import Backoff
+from tests.proxy import forward_proxy
 
 
 @dataclass
@@ -33,6 +38,13 @@ class Peer:
 
 @pytest.fixture
 def peer() -> Iterator[Peer]:
+    with serving() as found:
+        yield found
+
+
+@contextmanager
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[Peer]:
+    """The peer on 127.0.0.1, over TLS with ``tls``."""
     found = Peer("")
 
     class Handler(BaseHTTPRequestHandler):
@@ -65,9 +77,12 @@ def peer() -> Iterator[Peer]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    found.url = f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "http" if tls is None else "https"
+    found.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     try:
         yield found
     finally:
@@ -150,3 +165,79 @@ def test_a_bad_url_is_a_usage_error(url: str) -> None:
     with pytest.raises(UsageError, match="URL") as e:
         Api(url, "k")
     assert "hunter2" not in str(e.value)
+
+
+@pytest.fixture
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The test's own proxy settings only: none of the machine's."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def test_an_http_server_is_reached_through_the_proxy_the_environment_names(
+    peer: Peer, no_proxy_settings: pytest.MonkeyPatch
+) -> None:
+    with forward_proxy("ops", "p@ss") as proxy:
+        no_proxy_settings.setenv("HTTP_PROXY", proxy.url.replace("//", "//ops:p%40ss@"))
+        peer.script(200, {"items": []})
+        with Api(peer.url + "/base", "k") as api:
+            assert api.get("/v1/runs", {"limit": 2}) == {"items": []}
+    # Asked of the proxy in absolute form, with its credentials; the server never sees them.
+    assert proxy.seen == [("GET", f"{peer.url}/base/v1/runs?limit=2")]
+    assert peer.seen[0]["path"] == "/base/v1/runs?limit=2"
+    assert peer.seen[0]["headers"]["Authorization"] == "Bearer k"
+    assert "Proxy-Authorization" not in peer.seen[0]["headers"]
+
+
+def test_an_https_server_is_reached_through_a_tunnel_with_tls_to_the_server(
+    tmp_path: Path, no_proxy_settings: pytest.MonkeyPatch
+) -> None:
+    ca = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    no_proxy_settings.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    with serving(tls) as secure, forward_proxy("ops", "pw") as proxy:
+        no_proxy_settings.setenv("https_proxy", proxy.url.replace("//", "//ops:pw@"))
+        no_proxy_settings.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # http:// only: unused
+        secure.script(200, {"id": "run_1"})
+        secure.script(200, {"id": "run_2"})
+        with Api(secure.url, "k") as api:
+            assert api.get("/v1/runs/run_1") == {"id": "run_1"}
+            assert api.get("/v1/runs/run_2") == {"id": "run_2"}
+    host_port = secure.url.removeprefix("https://")
+    assert proxy.seen == [("CONNECT", host_port)]  # one tunnel, kept for both requests
+    assert [r["path"] for r in secure.seen] == ["/v1/runs/run_1", "/v1/runs/run_2"]
+
+
+def test_no_proxy_reaches_the_server_directly_and_wrong_credentials_fail(
+    peer: Peer, no_proxy_settings: pytest.MonkeyPatch
+) -> None:
+    with forward_proxy("ops", "pw") as proxy:
+        no_proxy_settings.setenv("ALL_PROXY", proxy.url.replace("//", "//ops:wrong@"))
+        with quick(Api(peer.url, "k", max_retries=0)) as api:
+            with pytest.raises(LanternError, match="407"):
+                api.get("/v1/runs")
+        no_proxy_settings.setenv("NO_PROXY", "localhost,127.0.0.1")
+        peer.script(200, {"items": []})
+        with Api(peer.url, "k") as api:
+            assert api.get("/v1/runs") == {"items": []}
+    assert proxy.seen == [("GET", f"{peer.url}/v1/runs")]  # the refused one only
+    assert [r["path"] for r in peer.seen] == ["/v1/runs"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("socks5://127.0.0.1:1080", "the proxy for http:// must be an http:// URL"),
+        ("http://127.0.0.1:99999", "the proxy for http:// has a bad port"),
+    ],
+)
+def test_a_proxy_setting_that_cannot_be_used_is_a_usage_error(
+    setting: str, problem: str, no_proxy_settings: pytest.MonkeyPatch
+) -> None:
+    no_proxy_settings.setenv("HTTP_PROXY", setting)
+    with pytest.raises(UsageError, match=problem):
+        Api("http://127.0.0.1:1", "k")
