@@ -85,6 +85,7 @@ class ReceiptBatcher:
                     del self._pending[run_id]
                 try:
                     await self._issue(ids)
+                    pause = RETRY_S
                 except Exception as exc:
                     if self._stopping:  # no retry on the way out: each is issued when read
                         log.warning(
@@ -101,8 +102,6 @@ class ReceiptBatcher:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopped.wait(), pause)
                     pause = min(pause * 2, RETRY_MAX_S)
-                    continue
-                pause = RETRY_S
             if self._stopping:
                 return
 

@@ -2,10 +2,10 @@
 
 Measured on ``lantern serve`` (bench/service.py, 32 code-first runs at a time): with the
 defaults, the cyclic collector took about 6% of the server's CPU, and each full collection
-walked the 130,000 objects that imports, the app and its routes leave behind, 40 to 55 ms
-with every request waiting. Finished spans, receipts waiting for their batch and runs
-waiting to be answered live long enough to be promoted, so full collections come about
-once a second under load.
+walked the 130,000 objects that imports, the app and its routes leave behind: tens of
+milliseconds with every request waiting. Finished spans waiting for their export, receipts
+for their batch and runs for their answer live long enough to be promoted, so full
+collections keep coming under load (three in a 20-second bench section).
 """
 
 from __future__ import annotations
