@@ -73,7 +73,7 @@ class Api:
             "User-Agent": USER_AGENT,
         }
         self._connection: http.client.HTTPConnection | None = None
-        self._proxy = _proxy_for(parts.scheme, parts.hostname)
+        self._proxy = proxy_for(parts.scheme, parts.hostname)
         # An http:// server through a proxy is asked for absolute URLs; an https:// one is
         # reached through a tunnel, and its requests are as if direct.
         self._origin = ""
@@ -228,8 +228,9 @@ class Api:
         return ConnectionFailed(f"{method} {self.base_url}{path}: {detail}{tries}")
 
 
-def _proxy_for(scheme: str, host: str) -> SplitResult | None:
-    """The proxy the environment names for a server at ``host``, or None."""
+def proxy_for(scheme: str, host: str) -> SplitResult | None:
+    """The proxy the environment names for a server at ``host``, or None; UsageError for one
+    that is not an http:// URL."""
     if not any(name.lower().endswith("_proxy") for name in os.environ):
         return None  # the usual case, spared urllib.request's imports
     import urllib.request

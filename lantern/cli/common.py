@@ -86,8 +86,16 @@ def remote() -> AsyncClient | None:
     found = _address()
     if found is None:
         return None
+    from urllib.parse import urlsplit
+
+    from lantern.cli.api import proxy_for
     from lantern.sdk.client import AsyncClient
 
+    # httpx takes the same proxy from the environment; one it cannot use is a usage line
+    # here, as for the blocking client, not its ImportError at the first request.
+    parts = urlsplit(found[0])
+    if parts.hostname:
+        proxy_for(parts.scheme, parts.hostname)
     return AsyncClient(*found)
 
 

@@ -274,8 +274,9 @@ def test_workers_list_and_journal_verify_go_to_the_server(sqlite_server: Server)
     assert run.id in listed.stdout
     assert [method for method, _ in proxy.seen] == ["GET"]
     assert proxy.seen[0][1].startswith(f"{sqlite_server.url}/v1/runs")
-    bad = remote(key, "runs", "list", HTTP_PROXY="socks5://h:1")
-    assert_usage_line(bad, "the proxy for http:// must be an http:// URL")
+    for command in (("runs", "list"), ("journal", "verify", run.id)):  # either client
+        bad = remote(key, *command, HTTP_PROXY="socks5://h:1")
+        assert_usage_line(bad, "the proxy for http:// must be an http:// URL")
 
 
 def test_secrets_and_runtime_go_to_the_server(sqlite_server: Server, tmp_path: Path) -> None:
