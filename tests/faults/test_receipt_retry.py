@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -26,7 +25,7 @@ from lantern.receipts import batch
 from lantern.receipts.batch import ReceiptBatcher
 from lantern.receipts.issue import Issuer
 from lantern.receipts.keys import parse_pem, private_pem
-from lantern.store import Store, open_store
+from lantern.store import Store
 
 SQLITE_REFUSE = """
 CREATE TRIGGER refuse_receipts BEFORE INSERT ON receipts
@@ -75,14 +74,6 @@ def refuse(url: str, on: bool) -> None:
         conn.execute(POSTGRES_REFUSE if on else "DROP TRIGGER refuse_receipts ON receipts")
 
 
-@pytest.fixture
-async def opened(database_url: str) -> AsyncIterator[Store]:
-    s = open_store(database_url)
-    await s.open()
-    yield s
-    await s.close()
-
-
 async def finish_runs(store: Store, issuer: Issuer, hook: Any) -> list[str]:
     """A graph run and a code-first run driven to their end, each handing ``hook`` its id."""
     await apply_agent(store, GRAPH)
@@ -97,43 +88,43 @@ async def finish_runs(store: Store, issuer: Issuer, hook: Any) -> list[str]:
 
 
 async def test_a_refused_batch_is_stored_once_the_database_accepts_it(
-    opened: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(batch, "RETRY_S", 0.05)
-    issuer = Issuer(opened, parse_pem(private_pem(Ed25519PrivateKey.generate()), "test"))
-    await opened.register_signing_key(issuer.ring.kid, issuer.ring.keys[0].x)
+    issuer = Issuer(store, parse_pem(private_pem(Ed25519PrivateKey.generate()), "test"))
+    await store.register_signing_key(issuer.ring.kid, issuer.ring.keys[0].x)
     refuse(database_url, True)
     async with ReceiptBatcher(issuer) as batcher:
-        ids = await finish_runs(opened, issuer, batcher.submit)
+        ids = await finish_runs(store, issuer, batcher.submit)
         await asyncio.sleep(0.5)  # several tries, each refused
-        assert [await opened.get_receipt(i) for i in ids] == [None, None]
+        assert [await store.get_receipt(i) for i in ids] == [None, None]
         refuse(database_url, False)
         deadline = time.monotonic() + 10
-        while any([await opened.get_receipt(i) is None for i in ids]):
+        while any([await store.get_receipt(i) is None for i in ids]):
             assert time.monotonic() < deadline, "the refused receipts were never stored"
             await asyncio.sleep(0.05)
     for run_id in ids:  # each stored by the batch, signed over its run's whole journal
-        stored = await opened.get_receipt(run_id)
+        stored = await store.get_receipt(run_id)
         assert stored is not None and stored.key_id == issuer.ring.kid
-        assert f'"eventCount":{len(await opened.events(run_id))}' in stored.body
+        assert f'"eventCount":{len(await store.events(run_id))}' in stored.body
 
 
 async def test_a_stop_does_not_wait_for_a_database_that_still_refuses(
-    opened: Store, database_url: str
+    store: Store, database_url: str
 ) -> None:
-    issuer = Issuer(opened, parse_pem(private_pem(Ed25519PrivateKey.generate()), "test"))
-    await opened.register_signing_key(issuer.ring.kid, issuer.ring.keys[0].x)
+    issuer = Issuer(store, parse_pem(private_pem(Ed25519PrivateKey.generate()), "test"))
+    await store.register_signing_key(issuer.ring.kid, issuer.ring.keys[0].x)
     refuse(database_url, True)
     batcher = ReceiptBatcher(issuer)
     async with batcher:
-        ids = await finish_runs(opened, issuer, batcher.submit)
+        ids = await finish_runs(store, issuer, batcher.submit)
         await asyncio.sleep(0.2)  # refused at least once: now pausing before a retry
         began = time.monotonic()
     assert time.monotonic() - began < 2  # the pause was cut short, the last try refused too
     refuse(database_url, False)
-    assert [await opened.get_receipt(i) for i in ids] == [None, None]
+    assert [await store.get_receipt(i) for i in ids] == [None, None]
     # Left to the first read, which issues it.
     for run_id in ids:
-        run = await opened.get_run(run_id)
+        run = await store.get_run(run_id)
         assert run is not None and (await issuer.receipt(run)) is not None
-        assert await opened.get_receipt(run_id) is not None
+        assert await store.get_receipt(run_id) is not None
