@@ -22,6 +22,10 @@ LANTERN = str(Path(sys.executable).parent / "lantern")
 ALL_SCOPES = "runs:execute,runs:read,runs:approve,agents:write,agents:read"
 
 
+class PortTaken(Exception):
+    """The server could not bind its port."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,12 +61,26 @@ class Server:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     app: str = "tests.crash.crash_app:app"
+    started: bool = False  # answered once: a restart keeps its port (and worker id)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> Server:
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                # Between free_port() and the server's bind, another process (an outgoing
+                # connection's ephemeral port, as often as not) took it: a first start may move.
+                if self.started:
+                    raise
+                self.port = free_port()
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> Server:
+        logged = self.log.stat().st_size if self.log.exists() else 0
         env = {
             **os.environ,
             "LANTERN_DATABASE_URL": self.database_url,
@@ -86,9 +104,13 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"lantern serve exited: {self.log.read_text()[-2000:]}")
+                text = self.log.read_text()
+                if "address already in use" in text[logged:]:
+                    raise PortTaken(self.port)
+                raise RuntimeError(f"lantern serve exited: {text[-2000:]}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    self.started = True
                     return self
             except httpx.HTTPError:
                 pass
