@@ -13,10 +13,9 @@ says.
         run = parsed(Run.from_json, api.get(f"/v1/runs/{seg(run_id)}"))
         api.post(f"/v1/runs/{seg(run_id)}/cancel")
 
-A proxy named in the environment is used as curl and the SDK's httpx use it: ``HTTPS_PROXY``
-for an https:// server (a ``CONNECT`` tunnel, TLS end to end), ``HTTP_PROXY`` for an http://
-one (requests in absolute form), ``ALL_PROXY`` for either, in upper or lower case; ``NO_PROXY``
-names the hosts reached directly. The proxy's URL is http:// and may carry ``user:password@``.
+Through a ``proxy`` (an http:// URL, ``user:password@`` allowed; ``lantern.cli.common`` takes
+the one the environment names): an https:// server through a ``CONNECT`` tunnel, TLS end to
+end; an http:// one with requests in absolute form.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -49,7 +47,13 @@ class Api:
     429. ``timeout`` bounds each read and connect, in seconds."""
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout: float = 30.0, max_retries: int = 3
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        proxy: SplitResult | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         # Messages show the URL without any user:password in it: they reach terminals and logs.
@@ -73,7 +77,7 @@ class Api:
             "User-Agent": USER_AGENT,
         }
         self._connection: http.client.HTTPConnection | None = None
-        self._proxy = proxy_for(parts.scheme, parts.hostname)
+        self._proxy = proxy
         # An http:// server through a proxy is asked for absolute URLs; an https:// one is
         # reached through a tunnel, and its requests are as if direct.
         self._origin = ""
@@ -226,28 +230,6 @@ class Api:
         what = type(exc).__name__ if exc is not None else "error"
         detail = f"{what}: {exc}" if exc is not None and str(exc) else what
         return ConnectionFailed(f"{method} {self.base_url}{path}: {detail}{tries}")
-
-
-def proxy_for(scheme: str, host: str) -> SplitResult | None:
-    """The proxy the environment names for a server at ``host``, or None; UsageError for one
-    that is not an http:// URL."""
-    if not any(name.lower().endswith("_proxy") for name in os.environ):
-        return None  # the usual case, spared urllib.request's imports
-    import urllib.request
-
-    named = urllib.request.getproxies()
-    url = named.get(scheme) or named.get("all")
-    if not url or urllib.request.proxy_bypass(host):
-        return None
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-    if parts.scheme != "http" or not parts.hostname:
-        raise UsageError(f"the proxy for {scheme}:// must be an http:// URL: {shown}")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise UsageError(f"the proxy for {scheme}:// has a bad port: {shown}") from exc
-    return parts
 
 
 def _proxy_authorization(proxy: SplitResult) -> dict[str, str]:

@@ -4,6 +4,10 @@ A command that reads or changes runs goes to the server ``LANTERN_URL`` names wh
 and to the database otherwise: ``server_or_database(through_server, on_database)`` picks, runs
 the server's side with the blocking ``Api`` (no event loop, no HTTP library beyond the standard
 library's) and the database's under asyncio, and turns any Lantern error into one line.
+
+Behind a proxy both clients go through the one the environment names, as curl and httpx do:
+``HTTPS_PROXY`` for an https:// server, ``HTTP_PROXY`` for an http:// one, ``ALL_PROXY`` for
+either, in upper or lower case; ``NO_PROXY`` names the hosts reached directly.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 import click
 
@@ -76,7 +81,7 @@ def server() -> Api | None:
         return None
     from lantern.cli.api import Api
 
-    return Api(*found)
+    return Api(*found, proxy=_proxy(found[0]))
 
 
 def remote() -> AsyncClient | None:
@@ -86,17 +91,39 @@ def remote() -> AsyncClient | None:
     found = _address()
     if found is None:
         return None
-    from urllib.parse import urlsplit
-
-    from lantern.cli.api import proxy_for
     from lantern.sdk.client import AsyncClient
 
-    # httpx takes the same proxy from the environment; one it cannot use is a usage line
-    # here, as for the blocking client, not its ImportError at the first request.
-    parts = urlsplit(found[0])
-    if parts.hostname:
-        proxy_for(parts.scheme, parts.hostname)
+    # httpx takes the same proxy from the environment itself; one it cannot use is a usage
+    # line here, as for the blocking client, not its ImportError at the first request.
+    _proxy(found[0])
     return AsyncClient(*found)
+
+
+def _proxy(url: str) -> SplitResult | None:
+    parts = urlsplit(url)
+    return proxy_for(parts.scheme, parts.hostname) if parts.hostname else None
+
+
+def proxy_for(scheme: str, host: str) -> SplitResult | None:
+    """The proxy the environment names for a server at ``host``, or None; UsageError for one
+    that is not an http:// URL."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return None  # the usual case, spared urllib.request's imports
+    import urllib.request
+
+    named = urllib.request.getproxies()
+    url = named.get(scheme) or named.get("all")
+    if not url or urllib.request.proxy_bypass(host):
+        return None
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    if parts.scheme != "http" or not parts.hostname:
+        raise UsageError(f"the proxy for {scheme}:// must be an http:// URL: {shown}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise UsageError(f"the proxy for {scheme}:// has a bad port: {shown}") from exc
+    return parts
 
 
 def _address() -> tuple[str, str] | None:

@@ -18,6 +18,7 @@ import pytest
 import trustme
 
 from lantern.cli.api import Api
+from lantern.cli.common import server
 from lantern.errors import LanternError, UsageError
 from lantern.sdk.errors import ConnectionFailed, NotFoundError, ServerError, Unprocessable
 from lantern.sdk.retry import Backoff
@@ -176,13 +177,22 @@ def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
+def configured(monkeypatch: pytest.MonkeyPatch, url: str) -> Api:
+    """The client a command gets for LANTERN_URL, with the environment's proxy."""
+    monkeypatch.setenv("LANTERN_URL", url)
+    monkeypatch.setenv("LANTERN_API_KEY", "k")
+    api = server()
+    assert api is not None
+    return api
+
+
 def test_an_http_server_is_reached_through_the_proxy_the_environment_names(
     peer: Peer, no_proxy_settings: pytest.MonkeyPatch
 ) -> None:
     with forward_proxy("ops", "p@ss") as proxy:
         no_proxy_settings.setenv("HTTP_PROXY", proxy.url.replace("//", "//ops:p%40ss@"))
         peer.script(200, {"items": []})
-        with Api(peer.url + "/base", "k") as api:
+        with configured(no_proxy_settings, peer.url + "/base") as api:
             assert api.get("/v1/runs", {"limit": 2}) == {"items": []}
     # Asked of the proxy in absolute form, with its credentials; the server never sees them.
     assert proxy.seen == [("GET", f"{peer.url}/base/v1/runs?limit=2")]
@@ -204,7 +214,7 @@ def test_an_https_server_is_reached_through_a_tunnel_with_tls_to_the_server(
         no_proxy_settings.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # http:// only: unused
         secure.script(200, {"id": "run_1"})
         secure.script(200, {"id": "run_2"})
-        with Api(secure.url, "k") as api:
+        with configured(no_proxy_settings, secure.url) as api:
             assert api.get("/v1/runs/run_1") == {"id": "run_1"}
             assert api.get("/v1/runs/run_2") == {"id": "run_2"}
     host_port = secure.url.removeprefix("https://")
@@ -217,12 +227,13 @@ def test_no_proxy_reaches_the_server_directly_and_wrong_credentials_fail(
 ) -> None:
     with forward_proxy("ops", "pw") as proxy:
         no_proxy_settings.setenv("ALL_PROXY", proxy.url.replace("//", "//ops:wrong@"))
-        with quick(Api(peer.url, "k", max_retries=0)) as api:
+        with quick(configured(no_proxy_settings, peer.url)) as api:
+            api.max_retries = 0
             with pytest.raises(LanternError, match="407"):
                 api.get("/v1/runs")
         no_proxy_settings.setenv("NO_PROXY", "localhost,127.0.0.1")
         peer.script(200, {"items": []})
-        with Api(peer.url, "k") as api:
+        with configured(no_proxy_settings, peer.url) as api:
             assert api.get("/v1/runs") == {"items": []}
     assert proxy.seen == [("GET", f"{peer.url}/v1/runs")]  # the refused one only
     assert [r["path"] for r in peer.seen] == ["/v1/runs"]
@@ -240,4 +251,4 @@ def test_a_proxy_setting_that_cannot_be_used_is_a_usage_error(
 ) -> None:
     no_proxy_settings.setenv("HTTP_PROXY", setting)
     with pytest.raises(UsageError, match=problem):
-        Api("http://127.0.0.1:1", "k")
+        configured(no_proxy_settings, "http://127.0.0.1:1")

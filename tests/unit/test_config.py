@@ -23,7 +23,7 @@ ALLOWED = {
     "config.py": "the one reader of Lantern's settings",
     "workload/": "runs in a microVM without the rest of lantern; main() reads LANTERN_RESUME",
     "sdk/client.py": "the SDK's defaults: LANTERN_URL and LANTERN_API_KEY",
-    "cli/common.py": "the CLI's edge: LANTERN_URL, LANTERN_API_KEY, LANTERN_WORKER_ID",
+    "cli/common.py": "the CLI's edge: LANTERN_URL, LANTERN_API_KEY, LANTERN_WORKER_ID, proxies",
     "cli/runtime.py": "the CLI's edge: LANTERN_URL of `lantern node`",
     "cli/serve.py": "the CLI's edge: whether LANTERN_WORKER_ID was set beside --port",
     "demo/": "demo scripts build their child processes' environments",
