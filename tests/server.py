@@ -104,10 +104,10 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                text = self.log.read_text()
-                if "address already in use" in text[logged:]:
+                text = self.log.read_bytes()
+                if b"address already in use" in text[logged:]:
                     raise PortTaken(self.port)
-                raise RuntimeError(f"lantern serve exited: {text[-2000:]}")
+                raise RuntimeError(f"lantern serve exited: {text[-2000:].decode(errors='replace')}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     self.started = True
