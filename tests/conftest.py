@@ -17,6 +17,7 @@ import pytest
 
 from lantern.demo.receiver import Receiver
 from lantern.store import Store, open_store
+from tests.fake_llm import FakeProvider
 from tests.pg_server import DEFAULT, URL_FILE, answers
 from tests.server import Server
 
@@ -82,6 +83,17 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     await s.open()
     yield s
     await s.close()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    """The fake model provider, a real HTTP server speaking both wire formats, named by the
+    providers' environment variables (OPENAI_BASE_URL and the like) for the test."""
+    provider = FakeProvider().start()
+    for name, value in provider.env().items():
+        monkeypatch.setenv(name, value)
+    yield provider
+    provider.close()
 
 
 @pytest.fixture

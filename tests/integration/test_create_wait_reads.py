@@ -15,7 +15,6 @@ reads it as any queued run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,21 +55,11 @@ DEFINITIONS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture
-def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    """The plain agent's model provider, a real HTTP server answering "ok"."""
-    fake = FakeProvider().start()
-    for name, value in fake.env().items():
-        monkeypatch.setenv(name, value)
-    yield fake
-    fake.close()
-
-
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_create_that_waits_reads_its_started_run_once(
     database_url: str,
     tmp_path: Path,
-    model: FakeProvider,
+    fake: FakeProvider,
     kind: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -150,15 +150,6 @@ def test_bad_registrations_are_refused_clearly() -> None:
         app.mcp("x", url="http://127.0.0.1:1/mcp")
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    provider = FakeProvider().start()
-    for name, value in provider.env().items():
-        monkeypatch.setenv(name, value)
-    yield provider
-    provider.close()
-
-
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_a_plain_agent_gets_every_tool_of_a_server_with_star(
     store: Store, tmp_path: Path, fake: FakeProvider

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,15 +21,6 @@ from tests.integration.test_run_control import until
 
 entered = threading.Event()
 interrupted: list[str] = []
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    provider = FakeProvider().start()
-    for name, value in provider.env().items():
-        monkeypatch.setenv(name, value)
-    yield provider
-    provider.close()
 
 
 def app() -> lantern.App:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 import lantern
 from lantern.engine.runs import apply_agent, create_run
@@ -16,15 +13,6 @@ from lantern.ids import idempotency_key
 from lantern.models.registry import Models
 from lantern.store import Store
 from tests.fake_llm import FakeProvider, Script
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    provider = FakeProvider().start()
-    for name, value in provider.env().items():
-        monkeypatch.setenv(name, value)
-    yield provider
-    provider.close()
 
 
 def app(calls: list[str]) -> lantern.App:
