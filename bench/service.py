@@ -336,9 +336,15 @@ def process_cpu(pid: int | str) -> float:
 
 class ServerProcess:
     def __init__(
-        self, database_url: str, log: Path, collector: int, source: str | None = None
+        self,
+        database_url: str,
+        log: Path,
+        collector: int,
+        source: str | None = None,
+        workers: int = 1,
     ) -> None:
         self.source = source  # a checkout of another revision to serve from (PYTHONPATH)
+        self.workers = workers  # `lantern serve --workers`
         self.database_url = database_url
         self.port = free_port()
         self.log = log
@@ -365,7 +371,8 @@ class ServerProcess:
                 del env[name]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [LANTERN, "serve", "--app", "service:app", "--app-dir", str(HERE)],
+                [LANTERN, "serve", "--app", "service:app", "--app-dir", str(HERE)]
+                + (["--workers", str(self.workers)] if self.workers > 1 else []),
                 env=env,
                 cwd=self.log.parent,
                 stdout=out,
@@ -553,7 +560,9 @@ async def bench_backend(
     backend: str, urls: Sequence[str], tmp: Path, collector: int, args: argparse.Namespace
 ) -> Result:
     result = Result(backend)
-    servers = {HTTP: Served(ServerProcess(urls[0], tmp / f"serve-{backend}.log", collector))}
+    workers = args.workers if backend == "postgres" else 1  # SQLite serves with one
+    log = tmp / f"serve-{backend}.log"
+    servers = {HTTP: Served(ServerProcess(urls[0], log, collector, workers=workers))}
     if args.baseline:
         log = tmp / f"serve-{backend}-baseline.log"
         servers[BASE] = Served(ServerProcess(urls[2], log, collector, args.baseline))
@@ -736,6 +745,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="a checkout of another revision (git worktree add DIR REV): its `lantern serve`"
         " is measured too, interleaved, for before/after ratios in one run",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="`lantern serve --workers N` for PostgreSQL's HTTP server (not the baseline's);"
+        " default 1",
     )
     p.add_argument(
         "--sections",

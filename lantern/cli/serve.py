@@ -6,12 +6,15 @@ import logging
 import os
 import signal
 import socket
+import sys
 from dataclasses import replace
 
 import click
 
+from lantern.cli import processes
 from lantern.cli.apps import app_options, load_user_app
 from lantern.cli.common import fail, settings, with_database
+from lantern.config import Settings
 from lantern.durations import parse_duration
 from lantern.errors import LanternError
 from lantern.observability import logs
@@ -25,6 +28,15 @@ from lantern.observability import logs
 @click.option("--worker-id", help="Overrides LANTERN_WORKER_ID.")
 @click.option("--lease-ttl", help="A Go duration; overrides LANTERN_LEASE_TTL.")
 @click.option("--grace", default="30s", help="How long a clean stop waits for steps in flight.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    envvar="LANTERN_WORKERS",
+    default=1,
+    show_default=True,
+    help="Replicas to run, each a process of its own on this port (PostgreSQL only above 1);"
+    " LANTERN_WORKERS.",
+)
 @click.option(
     "--log-format",
     type=click.Choice(logs.FORMATS),
@@ -44,6 +56,7 @@ def serve(
     worker_id: str | None,
     lease_ttl: str | None,
     grace: str,
+    workers: int,
     log_format: logs.LogFormat,
 ) -> None:
     """Serve the API and execute runs: take back this worker's runs, then queued ones."""
@@ -72,6 +85,10 @@ def serve(
         grace_s = parse_duration(grace)
     except ValueError as exc:
         fail(str(exc), 2)
+    if workers > 1 and not s.database_url.startswith("postgresql"):
+        # SQLite's commit notifications stay in their process: a long poll or stream on one
+        # worker would not hear another's commits, and their writers would queue on one lock.
+        fail("--workers above 1 needs PostgreSQL (LANTERN_DATABASE_URL=postgresql://...)", 2)
     try:
         tools = load_user_app(app_spec, app_dir)
         Models.from_settings(s.models)  # a broken route, price or budget setting: one line
@@ -84,31 +101,61 @@ def serve(
     redact.install_log_filter()  # no log line shows a secret value a step substituted
     for noisy in ("httpx", "httpx2"):  # a line per request (the model SDKs' too) drowns the rest
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    logging.getLogger("lantern").info(
-        "worker %s serving %s on http://%s:%s", s.worker_id, s.database_url, s.host, s.port
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(s, tools, grace=grace_s),
-            host=s.host,
-            port=s.port,
-            access_log=False,
-            # Bounds for clients that hold connections open (slowloris) or open thousands:
-            # past max_connections uvicorn answers 503; headers are at most 16 KiB; an idle
-            # keep-alive connection closes after 5 s. The body's read time is the Guard's.
-            limit_concurrency=s.max_connections,
-            h11_max_incomplete_event_size=16 * 1024,
-            timeout_keep_alive=5,
-            log_level="info",
-            log_config=None,  # uvicorn's lines go through the handler above, in its format
-            timeout_graceful_shutdown=int(grace_s) or 1,
+    log = logging.getLogger("lantern")
+
+    def run_server(s: Settings, sockets: list[socket.socket] | None) -> bool:
+        """Serve until stopped; whether the server started."""
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(s, tools, grace=grace_s),
+                host=s.host,
+                port=s.port,
+                access_log=False,
+                # Bounds for clients that hold connections open (slowloris) or open thousands:
+                # past max_connections uvicorn answers 503; headers are at most 16 KiB; an idle
+                # keep-alive connection closes after 5 s. The body's read time is the Guard's.
+                limit_concurrency=s.max_connections,
+                h11_max_incomplete_event_size=16 * 1024,
+                timeout_keep_alive=5,
+                log_level="info",
+                log_config=None,  # uvicorn's lines go through the handler above, in its format
+                timeout_graceful_shutdown=int(grace_s) or 1,
+            )
         )
+        # uvicorn re-raises the stop signal after its graceful shutdown; with these handlers in
+        # place that is a no-op, so a clean stop exits 0 instead of dying of SIGTERM.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        heap.settle()  # the app and every module are loaded: what is here now lives as long
+        server.run(sockets=sockets)
+        return server.started
+
+    if workers == 1:
+        log.info(
+            "worker %s serving %s on http://%s:%s", s.worker_id, s.database_url, s.host, s.port
+        )
+        if not run_server(s, None):
+            fail("the server did not start (see the log above)", 1)
+        return
+    try:
+        listening = socket.create_server(
+            (s.host, s.port),
+            family=socket.AF_INET6 if ":" in s.host else socket.AF_INET,
+            backlog=2048,  # uvicorn's own
+        )
+    except OSError as exc:
+        fail(f"could not listen on {s.host}:{s.port}: {exc.strerror or exc}", 1)
+    log.info(
+        "%d workers serving %s on http://%s:%s",
+        workers,
+        s.database_url,
+        s.host,
+        listening.getsockname()[1],
     )
-    # uvicorn re-raises the stop signal after its graceful shutdown; with these handlers in
-    # place that is a no-op, so a clean stop exits 0 instead of dying of SIGTERM.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: None)
-    heap.settle()  # the app and every module are loaded: what is here now lives as long
-    server.run()
-    if not server.started:
-        fail("the server did not start (see the log above)", 1)
+
+    def worker(index: int) -> int:
+        mine = replace(s, worker_id=processes.worker_id(s.worker_id, index))
+        log.info("worker %s started (pid %d)", mine.worker_id, os.getpid())
+        return 0 if run_server(mine, [listening]) else processes.NEVER_STARTED
+
+    sys.exit(processes.supervise(workers, worker))

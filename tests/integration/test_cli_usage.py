@@ -144,6 +144,9 @@ def test_bad_app_arguments_are_one_usage_line_each(
     assert_usage_line(broken, "broken_app.py:2", "ZeroDivisionError")
     absent = in_process("serve", "--app", "no_such_module:app", "--app-dir", "triage", env=env)
     assert_usage_line(absent, "cannot import --app module 'no_such_module'")
+    # Workers share runs through PostgreSQL's notifications; SQLite's stay in one process.
+    workers = in_process("serve", "--app", "triage_app:app", "--workers", "2", env=env)
+    assert_usage_line(workers, "--workers above 1 needs PostgreSQL")
     assert not db.exists()  # nothing was started or written
 
 
