@@ -88,8 +88,8 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
         if not index:  # not a worker: a child process the app's import started
             continue
         code = os.waitstatus_to_exitcode(status)
-        if stopping:
-            failed = failed or code != 0
+        if stopping:  # a SIGTERM before it set its handlers ended it with nothing in flight
+            failed = failed or code not in (0, -signal.SIGTERM)
             continue
         if code == NEVER_STARTED:
             log.error("worker %d did not start: stopping the others", index)

@@ -122,10 +122,12 @@ def serve(
                 timeout_graceful_shutdown=int(grace_s) or 1,
             )
         )
-        # uvicorn re-raises the stop signal after its graceful shutdown; with these handlers in
-        # place that is a no-op, so a clean stop exits 0 instead of dying of SIGTERM.
+        # Until uvicorn installs its own handlers (once its loop runs), a stop is noted on the
+        # server, which then stops as soon as it has started: a SIGTERM in that window was
+        # lost when these did nothing, and the server served on. uvicorn re-raises the signal
+        # after its graceful shutdown, to these again: so a clean stop exits 0.
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
         heap.settle()  # the app and every module are loaded: what is here now lives as long
         server.run(sockets=sockets)
         return server.started
