@@ -78,27 +78,40 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop()
 
+    def ended(pid: int, status: int) -> int:
+        """The index of the worker that ended, to start again; 0 for none."""
+        nonlocal failed
+        index = children.pop(pid, 0)
+        if not index:  # not a worker: a child process the app's import started
+            return 0
+        code = os.waitstatus_to_exitcode(status)
+        if stopping:  # a SIGTERM before it set its handlers ended it with nothing in flight
+            failed = failed or code not in (0, -signal.SIGTERM)
+            return 0
+        if code == NEVER_STARTED:
+            log.error("worker %d did not start: stopping the others", index)
+            failed = True
+            stop()
+            return 0
+        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        log.warning("worker %d (pid %d) ended (%s): starting it again", index, pid, how)
+        return index
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     for index in range(1, count + 1):
         fork(index)
     while children:
-        pid, status = os.waitpid(-1, 0)  # retried after a signal's handler (PEP 475)
-        index = children.pop(pid, 0)
-        if not index:  # not a worker: a child process the app's import started
+        again = [ended(*os.waitpid(-1, 0))]  # retried after a signal's handler (PEP 475)
+        if not again[0]:
             continue
-        code = os.waitstatus_to_exitcode(status)
-        if stopping:  # a SIGTERM before it set its handlers ended it with nothing in flight
-            failed = failed or code not in (0, -signal.SIGTERM)
-            continue
-        if code == NEVER_STARTED:
-            log.error("worker %d did not start: stopping the others", index)
-            failed = True
-            stop()
-            continue
-        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
-        log.warning("worker %d (pid %d) ended (%s): starting it again", index, pid, how)
         time.sleep(RESTART_PAUSE_S)
-        if not stopping:
-            fork(index)
+        while children:  # those that ended meanwhile start again with it, not a pause later
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if not pid:
+                break
+            again.append(ended(pid, status))
+        for index in again:
+            if index and not stopping:
+                fork(index)
     return 1 if failed else 0

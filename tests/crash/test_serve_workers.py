@@ -82,8 +82,9 @@ async def test_a_killed_worker_is_started_again_and_finishes_every_kind_of_run(
             await wait_for_status(store, run_id, "succeeded")
         # Each worker came back under its id and took its runs back, not after the lease TTL.
         assert time.monotonic() - began < 20
+        await wait_for(lambda: len(workers_of(served.proc.pid)) == 2)  # (one may hold none)
         restarted = workers_of(served.proc.pid)
-        assert len(restarted) == 2 and not set(restarted) & set(killed)
+        assert not set(restarted) & set(killed)
         assert served.output().count("ended (signal SIGKILL): starting it again") == 2
         for step in ("s1", "s2", "s4"):
             assert receiver.count(f"/{step}") == 2, step  # graph and code-first, once each
