@@ -99,6 +99,7 @@ class Worker:
         self._app = app
         self.app = app  # the user's tools and code-first agents
         self._runs: set[asyncio.Task[object]] = set()
+        self._driving: set[str] = set()  # the ids of those runs
         # Runs handed to a drive at their create (``take``), until that drive ends: a claim
         # of one of them meanwhile starts no second drive.
         self._taken: set[str] = set()
@@ -357,12 +358,18 @@ class Worker:
             self._drive(run_id, lease, known, held, new), name=f"drive {run_id}"
         )
         self._runs.add(task)
+        self._driving.add(run_id)
         task.add_done_callback(self._done)
         return task
+
+    def drives(self, run_id: str) -> bool:
+        """Whether a drive of this process has the run now: its commits are made here."""
+        return run_id in self._driving
 
     def _done(self, task: asyncio.Task[object]) -> None:
         self._runs.discard(task)
         run_id = task.get_name().removeprefix("drive ")
+        self._driving.discard(run_id)
         taken = run_id in self._taken
         self._taken.discard(run_id)
         claimed = self._claimed_meanwhile.pop(run_id, None)

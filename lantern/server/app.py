@@ -117,6 +117,7 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
             max_output_bytes=settings.max_output_bytes,
         )
         relay.on_queued = worker.wake  # a VM's ctx.run_agent queued a child run here
+        store.notifier.driven_here = worker.drives  # its runs' commits need no NOTIFY to be heard
         relay.live = worker.live  # a VM's ctx.live_text, to this process's followers
         async with batcher, worker:
             assert worker.runner is not None

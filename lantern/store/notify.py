@@ -117,6 +117,9 @@ class Notifier:
         self._ended: OrderedDict[str, None] = OrderedDict()  # runs heard to have finished
         self._publish: Publish | None = None
         self._on_subscribe: Callable[[], None] | None = None
+        # Whether this process drives the run now, so its commits are heard here without a
+        # relay (a server sets its worker's); a run not known to be is driven elsewhere.
+        self.driven_here: Callable[[str], bool] = lambda run_id: False
 
     def relay_to(self, publish: Publish | None, on_subscribe: Callable[[], None] | None) -> None:
         """Send this process's commits to the other replicas through ``publish``; call
@@ -137,6 +140,12 @@ class Notifier:
             subs.discard(sub)
             if not subs:
                 del self._subs[sub.run_id]
+
+    def followed_elsewhere(self) -> bool:
+        """Whether a run followed here may be driven elsewhere: only then are the peers'
+        commits needed here. Not one driven here, nor one heard to have finished (a
+        ``GET ?wait`` of a finished run follows it for the moment its read takes)."""
+        return any(not self.driven_here(r) and r not in self._ended for r in self._subs)
 
     def subscribers(self, run_id: str) -> int:
         return len(self._subs.get(run_id, ()))

@@ -13,7 +13,9 @@ import pytest
 from lantern.engine.journal import EventWriter
 from lantern.store import Append, RunUpdate, Store, open_store
 from lantern.store.notify import Notifier
+from lantern.store.postgres import notify as pg_notify
 from tests.conformance.helpers import new_run
+from tests.crash.test_sigkill import wait_for
 
 
 async def _started(store: Store) -> tuple[str, EventWriter, object]:
@@ -241,3 +243,43 @@ async def test_a_replica_no_peer_listens_to_sends_no_notify(pg_url: str) -> None
             await b.close()
     finally:
         await a.close()
+
+
+async def test_a_replica_listens_only_while_a_run_it_follows_is_driven_elsewhere(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers that each follow the runs they drive (a create with ``?wait``) make their peers
+    send no NOTIFY; a followed run driven elsewhere has its peer's commits heard again."""
+    monkeypatch.setattr(pg_notify, "LINGER_S", 0.5)
+    a, b = open_store(pg_url), open_store(pg_url)
+    await a.open()
+    await b.open()
+    sent: list[str] = []
+    relay: Any = a._relay  # type: ignore[attr-defined]
+    execute = relay._execute
+
+    async def counted(sql: str, args: Any) -> Any:
+        if "pg_notify" in sql:
+            sent.append(sql)
+        return await execute(sql, args)
+
+    relay._execute = counted
+    try:
+        run_id, w, lease = await _started(a)
+        here = {run_id}
+        b.notifier.driven_here = here.__contains__  # as b's worker says of the runs it drives
+        with b.notifier.subscribe(run_id) as sub:
+            for i in range(5):
+                await a.append(Append(lease, (w.event("note", {"i": i}),), None))  # type: ignore[arg-type]
+                await asyncio.sleep(0.3)  # across several of a's looks for listeners
+            assert sent == [] and not b._relay.listening.is_set()  # type: ignore[attr-defined]
+            here.clear()  # the run is driven elsewhere (by a): b needs a's commits
+            await listening(b)
+            await a.append(Append(lease, (w.event("note", {}),), None))  # type: ignore[arg-type]
+            assert await past(sub, 6) == 7
+            assert sent
+        # Nothing followed elsewhere any more: it stops listening, after its linger.
+        await wait_for(lambda: not b._relay.listening.is_set(), timeout=10)  # type: ignore[attr-defined]
+    finally:
+        await a.close()
+        await b.close()
