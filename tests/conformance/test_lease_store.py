@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from lantern.errors import LeaseLost
 from lantern.store import Append, RunUpdate, Store
+from lantern.store.postgres import leases as pg_leases
 from tests.conformance.helpers import ev, new_run
 
 
@@ -97,3 +103,33 @@ async def test_a_claim_passes_by_the_queued_runs_it_is_told_to_skip(store: Store
     assert [t.run_id for t in taken] == [other.id]
     # Skipped, not leased: another claim (or this one's next) still takes it.
     assert [t.run_id for t in await store.claim_runs("w2", 60, 10, ("queued",))] == [mine.id]
+
+
+@asynccontextmanager
+async def claims_locked(store: Store) -> AsyncIterator[None]:
+    """Another replica in the middle of a claim: PostgreSQL's claim lock held, or SQLite's
+    write lock (its claims are write transactions)."""
+    if store.url.startswith("sqlite"):
+        other = sqlite3.connect(store.url.removeprefix("sqlite:///"), isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        return
+    async with await psycopg.AsyncConnection.connect(store.url, autocommit=True) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (pg_leases._CLAIM_LOCK,))
+        yield
+
+
+async def test_an_idle_claim_waits_for_no_other_claim(store: Store) -> None:
+    """A replica's dispatcher claims every 0.2 s when it has nothing to do: with nothing
+    queued nor due it reads that and takes no lock, so idle replicas do not queue behind one
+    another's claims (nor, on SQLite, behind a writer)."""
+    async with claims_locked(store):
+        began = time.monotonic()
+        assert await asyncio.wait_for(store.claim_runs("w2", 60, 10, ("queued",)), 10) == []
+        assert time.monotonic() - began < 2
+    run = await new_run(store)  # something to take: the claim takes it, under the lock
+    assert [t.run_id for t in await store.claim_runs("w2", 60, 10, ("queued",))] == [run.id]

@@ -56,6 +56,17 @@ _SHOW = (
 )
 
 
+def _claimable(conn: sqlite3.Connection) -> bool:
+    """Whether a claim of queued runs could take any: a queued run, or a parked one due (as
+    in PostgreSQL's store, a superset of what it takes)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')"
+        " OR EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND wake_at <= ?)",
+        (time.time(),),
+    ).fetchone()
+    return bool(row[0])
+
+
 def _candidates(
     conn: sqlite3.Connection, now: float, limit: int
 ) -> tuple[list[Candidate], list[Candidate], list[tuple[Group, int]], dict[str, float], list[Walk]]:
@@ -208,6 +219,8 @@ class Leases(SQLiteConnection):
         *,
         skip: Container[str] = frozenset(),
     ) -> list[Lease]:
+        if statuses == ("queued",) and not await self._lookup(_claimable):
+            return []  # (on this thread: the claim is a write transaction on the writer's)
         orphans = await self._steal(worker_id, ttl, limit, statuses, skip)
         return [o.lease for o in orphans if o.lease is not None]
 
