@@ -210,13 +210,10 @@ async def test_a_replica_hears_the_commit_that_ends_a_run_on_another(pg_url: str
         await b.close()
 
 
-async def test_a_replica_no_peer_listens_to_sends_no_notify(pg_url: str) -> None:
-    """A lone replica pays no NOTIFY round trip per commit; one that starts listening hears
-    the commits made from then on (and re-reads what came before: its resync)."""
-    a = open_store(pg_url)
-    await a.open()
+def notifies_sent(store: Store) -> list[str]:
+    """The NOTIFY statements the store's relay sends from now on, as they are sent."""
     sent: list[str] = []
-    relay: Any = a._relay  # type: ignore[attr-defined]
+    relay: Any = store._relay  # type: ignore[attr-defined]
     execute = relay._execute
 
     async def counted(sql: str, args: Any) -> Any:
@@ -225,6 +222,15 @@ async def test_a_replica_no_peer_listens_to_sends_no_notify(pg_url: str) -> None
         return await execute(sql, args)
 
     relay._execute = counted
+    return sent
+
+
+async def test_a_replica_no_peer_listens_to_sends_no_notify(pg_url: str) -> None:
+    """A lone replica pays no NOTIFY round trip per commit; one that starts listening hears
+    the commits made from then on (and re-reads what came before: its resync)."""
+    a = open_store(pg_url)
+    await a.open()
+    sent = notifies_sent(a)
     try:
         run_id, w, lease = await _started(a)
         for i in range(20):
@@ -254,16 +260,7 @@ async def test_a_replica_listens_only_while_a_run_it_follows_is_driven_elsewhere
     a, b = open_store(pg_url), open_store(pg_url)
     await a.open()
     await b.open()
-    sent: list[str] = []
-    relay: Any = a._relay  # type: ignore[attr-defined]
-    execute = relay._execute
-
-    async def counted(sql: str, args: Any) -> Any:
-        if "pg_notify" in sql:
-            sent.append(sql)
-        return await execute(sql, args)
-
-    relay._execute = counted
+    sent = notifies_sent(a)
     try:
         run_id, w, lease = await _started(a)
         here = {run_id}
