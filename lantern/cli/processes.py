@@ -49,7 +49,6 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
     children: dict[int, int] = {}  # pid -> worker index
     stopping = False
     failed = False
-
     parent = os.getpid()
 
     def fork(index: int) -> None:
