@@ -68,6 +68,7 @@ def serve(
     from lantern.secrets import box, redact
     from lantern.server import heap
     from lantern.server.app import create_app
+    from lantern.server.protocol import BoundedHttpProtocol
 
     with_database(ctx, database_url)
     s = settings(ctx)
@@ -112,10 +113,11 @@ def serve(
                 port=s.port,
                 access_log=False,
                 # Bounds for clients that hold connections open (slowloris) or open thousands:
-                # past max_connections uvicorn answers 503; headers are at most 16 KiB; an idle
-                # keep-alive connection closes after 5 s. The body's read time is the Guard's.
+                # past max_connections uvicorn answers 503; a request's headers are at most
+                # 16 KiB (the protocol's); an idle keep-alive connection closes after 5 s. The
+                # body's size and read time are the Guard's.
+                http=BoundedHttpProtocol,
                 limit_concurrency=s.max_connections,
-                h11_max_incomplete_event_size=16 * 1024,
                 timeout_keep_alive=5,
                 log_level="info",
                 log_config=None,  # uvicorn's lines go through the handler above, in its format

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -73,4 +74,40 @@ def test_slow_clients_hold_nothing_long(server: Server) -> None:
     finally:
         for s in sockets:
             s.close()
+        tenant.close()
+
+
+def test_a_request_head_past_16_kib_is_refused_and_not_read_on(server: Server) -> None:
+    """A request line and headers are bounded (uvicorn's httptools protocol read any length:
+    a 2 MiB header was answered 200): past 16 KiB the answer is 431, problem+json, and the
+    connection is closed rather than read on."""
+    tenant = Tenant(server, "heads", "runs:read")
+    key = tenant.http.headers["Authorization"].encode()
+    head = b"GET /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: " + key + b"\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(head + b"X-Pad: " + b"a" * 15_000 + b"\r\n\r\n")  # within the bound
+            assert s.recv(4096).startswith(b"HTTP/1.1 200 ")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(head + b"X-Big: " + b"a" * 20_000)  # never ends
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+        assert b"content-type: application/problem+json" in rest
+        assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["status"] == 431
+        # A head that keeps coming is cut off, not buffered: the server closes the connection.
+        sent = 0
+        with (
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as s,
+            pytest.raises(OSError),  # a reset or a broken pipe
+        ):
+            s.sendall(head + b"X-Flood: ")
+            while sent < 256 * 1024 * 1024:
+                s.sendall(b"a" * 65536)
+                sent += 65536
+        assert sent < 64 * 1024 * 1024
+        assert tenant.http.get("/v1/runs").status_code == 200
+    finally:
         tenant.close()
