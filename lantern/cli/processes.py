@@ -25,7 +25,12 @@ from types import FrameType
 log = logging.getLogger("lantern")
 
 NEVER_STARTED = 3  # a worker's exit code when its server did not start: the parent gives up
-RESTART_PAUSE_S = 1.0  # between a worker's death and its restart, so a crash loop does not spin
+# A worker that dies is started again after a pause: 1 s, doubled for each death soon after a
+# start (up to 30 s), so a worker that keeps crashing neither spins nor floods the log; back to
+# 1 s for one that had been up a minute.
+RESTART_PAUSE_S = 1.0
+MAX_PAUSE_S = 30.0
+STABLE_S = 60.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
 
 
@@ -47,6 +52,8 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
     which each worker is sent on; a worker that exits otherwise is started again. 0 when
     every worker stopped cleanly, 1 otherwise (one did not start, or failed its stop)."""
     children: dict[int, int] = {}  # pid -> worker index
+    started: dict[int, float] = {}  # worker index -> when it was last started (monotonic)
+    pauses: dict[int, float] = {}  # worker index -> the pause before its next start
     stopping = False
     failed = False
     parent = os.getpid()
@@ -64,6 +71,7 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
                 logging.shutdown()
                 os._exit(code)
         children[pid] = index
+        started[index] = time.monotonic()
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -93,7 +101,17 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
             stop()
             return 0
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
-        log.warning("worker %d (pid %d) ended (%s): starting it again", index, pid, how)
+        if time.monotonic() - started[index] >= STABLE_S:
+            pauses[index] = RESTART_PAUSE_S
+        else:
+            pauses[index] = min(2 * pauses.get(index, RESTART_PAUSE_S / 2), MAX_PAUSE_S)
+        log.warning(
+            "worker %d (pid %d) ended (%s): starting it again in %g s",
+            index,
+            pid,
+            how,
+            pauses[index],
+        )
         return index
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -104,7 +122,9 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
         again = [ended(*os.waitpid(-1, 0))]  # retried after a signal's handler (PEP 475)
         if not again[0]:
             continue
-        time.sleep(RESTART_PAUSE_S)
+        resume = time.monotonic() + pauses[again[0]]
+        while not stopping and time.monotonic() < resume:  # a stop does not wait for it
+            time.sleep(0.05)
         while children:  # those that ended meanwhile start again with it, not a pause later
             pid, status = os.waitpid(-1, os.WNOHANG)
             if not pid:
