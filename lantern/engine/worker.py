@@ -98,7 +98,8 @@ class Worker:
         self._stack = AsyncExitStack()
         self._app = app
         self.app = app  # the user's tools and code-first agents
-        self._runs: dict[str, asyncio.Task[object]] = {}  # run id -> its drive here
+        self._runs: set[asyncio.Task[object]] = set()
+        self._driving: set[str] = set()  # the ids of those runs
         # Runs handed to a drive at their create (``take``), until that drive ends: a claim
         # of one of them meanwhile starts no second drive.
         self._taken: set[str] = set()
@@ -217,7 +218,8 @@ class Worker:
                 except Exception as exc:  # the database is away: the next pass tries again
                     log.warning("could not look for runs to adopt: %s", exc)
                     break
-                fresh = [r for r in found if r not in self._runs]
+                driving = {t.get_name() for t in self._runs}
+                fresh = [r for r in found if f"drive {r}" not in driving]
                 for run_id in fresh[: max(0, self.max_concurrent - len(self._runs))]:
                     # Through the claim's decision: a run under flow control starts only
                     # when its key and its agent have a slot for it (else the next pass).
@@ -355,18 +357,19 @@ class Worker:
         task = asyncio.create_task(
             self._drive(run_id, lease, known, held, new), name=f"drive {run_id}"
         )
-        self._runs[run_id] = task
+        self._runs.add(task)
+        self._driving.add(run_id)
         task.add_done_callback(self._done)
         return task
 
     def drives(self, run_id: str) -> bool:
         """Whether a drive of this process has the run now: its commits are made here."""
-        return run_id in self._runs
+        return run_id in self._driving
 
     def _done(self, task: asyncio.Task[object]) -> None:
+        self._runs.discard(task)
         run_id = task.get_name().removeprefix("drive ")
-        if self._runs.get(run_id) is task:
-            del self._runs[run_id]
+        self._driving.discard(run_id)
         taken = run_id in self._taken
         self._taken.discard(run_id)
         claimed = self._claimed_meanwhile.pop(run_id, None)
@@ -404,7 +407,7 @@ class Worker:
         self.stopping.set()
         self._wake.set()
         if self._runs:
-            _, late = await asyncio.wait(list(self._runs.values()), timeout=grace)
+            _, late = await asyncio.wait(self._runs, timeout=grace)
             for task in late:
                 task.cancel()
             if late:

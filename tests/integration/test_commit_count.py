@@ -165,7 +165,7 @@ async def test_a_run_its_replica_drives_at_once_is_stored_with_its_opening(store
             before = counts.writes + counts.others
             run = await create_run(store, "steps", {"n": 1}, app=app, start=worker.start_new)
             assert run.status == "running"  # stored started: no queued run in between
-            drive = worker._runs[run.id]
+            (drive,) = [t for t in worker._runs if t.get_name() == f"drive {run.id}"]
             done = await drive
             assert isinstance(done, Run) and done.status == "succeeded", done
             return counts.writes + counts.others - before
