@@ -131,11 +131,12 @@ def configure(worker_id: str, export: bool) -> bool:
     if not export:
         return False
     # Imported here: the exporter (and protobuf) load only in processes that export.
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from lantern.observability.otlp import SpanExporter
+
     provider = TracerProvider(resource=resource(worker_id))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(SpanExporter()))
     install(provider)
     # Global too, so spans a user's tool makes nest under its step's span.
     trace.set_tracer_provider(provider)
