@@ -1,15 +1,15 @@
 """OTLP/HTTP span export whose encoding is cheap enough for a span per step.
 
 The exporter's own encoding (``encode_spans``) builds a protobuf message object per span, per
-attribute and per attribute value, then serializes them: 19–22 µs a span here, against about 7 for ``encode``, on the
-export thread but holding the interpreter's lock the whole time, so a busy server's steps wait
-for it (a tenth of ``lantern serve``'s samples at 32 runs at a time, docs/observability.md). The
-spans Lantern makes (a run's drive, its steps, the HTTP requests) are all one plain shape:
-ids, a name, a kind, two times, scalar attributes and a status. ``encode`` writes that shape's
-protobuf wire format straight into bytes; a batch holding anything else (an event, as a
-recorded exception is, a link, an array attribute) returns None and goes through the
-library's encoding. ``tests/unit/test_otlp_encoding.py`` checks the bytes parse to the message
-the library builds for the same spans.
+attribute and per attribute value, then serializes them: 19-22 µs a span here, against about
+7 for ``encode``. It runs on the export thread but holds the interpreter's lock throughout, so
+a busy server's steps wait for it (a tenth of ``lantern serve``'s samples at 32 runs at a
+time, docs/observability.md). The spans Lantern makes (a run's drive, its steps, the HTTP
+requests) are one plain shape: ids, a name, a kind, two times, scalar attributes and a status.
+``encode`` writes that shape's protobuf wire format straight into bytes; a batch holding
+anything else (an event, as a recorded exception is, a link, an array attribute) returns None
+and goes through the library's encoding. ``tests/unit/test_otlp_encoding.py`` checks that the
+bytes are the library's, byte for byte, for every shape.
 
 Field numbers are those of opentelemetry-proto's ``trace/v1/trace.proto``,
 ``common/v1/common.proto`` and ``resource/v1/resource.proto``.
