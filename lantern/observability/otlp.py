@@ -77,9 +77,10 @@ def _value(value: Any) -> bytes:
 
 # Encoded attributes by (field, key, type, value): a step's id, type and attempt recur in
 # every run of its agent. Emptied when full rather than kept in order, which costs per hit.
-# Floats are not kept: -0.0 and 0.0 are one key, two encodings.
+# Not kept: floats (-0.0 and 0.0 are one key, two encodings) and long values (the memory).
 _encoded: dict[tuple[bytes, str, type, Any], bytes] = {}
 _ENCODED_MAX = 4096
+_KEPT_LEN = 256
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
@@ -92,7 +93,9 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         found = _encoded.get(known)
         if found is None:
             found = _field(tag, _field(b"\x0a", key.encode()) + _field(b"\x12", _value(value)))
-            if isinstance(value, float):
+            if isinstance(value, float) or (
+                isinstance(value, str | bytes) and len(value) > _KEPT_LEN
+            ):
                 parts.append(found)
                 continue
             if len(_encoded) >= _ENCODED_MAX:
@@ -128,11 +131,11 @@ def _span(span: ReadableSpan) -> bytes:
     if span.dropped_attributes:
         parts.append(b"\x50" + _varint(span.dropped_attributes))
     status = span.status
-    code = status.status_code.value
-    body = _field(b"\x12", status.description.encode()) if status.description else b""
-    if code:
-        body += b"\x18" + _varint(code)
-    parts.append(_field(b"\x7a", body))
+    if status is not None:
+        body = _field(b"\x12", status.description.encode()) if status.description else b""
+        if status.status_code.value:
+            body += b"\x18" + _varint(status.status_code.value)
+        parts.append(_field(b"\x7a", body))
     parts.append(
         b"\x85\x01" + (_REMOTE_FLAGS if parent is not None and parent.is_remote else _FLAGS)
     )
@@ -178,7 +181,7 @@ class SpanExporter(OTLPSpanExporter):
     ``encode`` in front of its own encoding."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        body = None if self._shutdown else encode(spans)
+        body = None if getattr(self, "_shutdown", True) else encode(spans)
         client = getattr(self, "_client", None)
         limit = getattr(self, "_max_request_size", None)
         metrics = getattr(self, "_metrics", None)
@@ -189,5 +192,7 @@ class SpanExporter(OTLPSpanExporter):
             sent = client.export(body)
             if not sent.success:
                 result.error = sent.error
+                if sent.status_code is not None:
+                    result.error_attrs = {"http.response.status_code": sent.status_code}
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
