@@ -82,6 +82,20 @@ def test_a_parked_run_shows_its_waits_and_updates_when_approved(tmp_path: Path, 
             expect(child.locator(".bar.wait:not(.open)")).to_have_text("waiting for sub-agent")
             expect(page.locator('.row[data-step="draft"] .badge')).to_have_text(["offline"])
             page.evaluate("window.notReloaded = true")
+            # A click whose press and release straddle a redraw (the page redraws every second
+            # while a run is live) still selects its step: the row is kept, not rebuilt.
+            row = '.row[data-step="draft"]'
+            name = page.locator(f"{row} .name strong")
+            name.scroll_into_view_if_needed()
+            box = name.bounding_box()
+            assert box is not None
+            page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+            page.evaluate(f"window.pressed = document.querySelector('{row}')")
+            page.mouse.down()
+            page.wait_for_timeout(1300)
+            page.mouse.up()
+            expect(page.locator("#details")).to_contain_text("Made by the offline model provider")
+            assert page.evaluate(f"window.pressed === document.querySelector('{row}')")
 
             decided = api.post(
                 f"/v1/runs/{run_id}/approvals/ok",

@@ -320,13 +320,58 @@ function renderWaterfall(model) {
     class: "anomaly-line", style: { left: place(model, a.at, a.at).left },
     title: `anomaly: ${anomalyText(a)}`,
   }, h("span", {}, "⚠")));
-  root.replaceChildren(
-    h("div", { class: "head" }, h("div", { class: "label" }, "Step"), axis),
-    h("div", { class: "rows" },
-      h("div", { class: "bands" }, bands, lines),
-      model.steps.map((s) => stepRow(model, s)),
-      model.vms.map((vm) => vmRow(model, vm))),
-  );
+  const head = h("div", { class: "head" }, h("div", { class: "label" }, "Step"), axis);
+  const overlay = h("div", { class: "bands" }, bands, lines);
+  const rows = [...model.steps.map((s) => stepRow(model, s)), ...model.vms.map((vm) => vmRow(model, vm))];
+  const list = root.querySelector(":scope > .rows");
+  if (!list) {
+    root.replaceChildren(head, h("div", { class: "rows" }, overlay, rows));
+    return;
+  }
+  root.querySelector(":scope > .head").replaceWith(head);
+  list.querySelector(":scope > .bands").replaceWith(overlay);
+  keepRows(list, rows);
+}
+
+// A redraw keeps the element of each step's (and VM's) row and of what is inside it, changing
+// only what changed: a row rebuilt between a press and its release lost the click (and a
+// focused row its focus), and the page redraws with every event of a live run and every second.
+function keepRows(list, rows) {
+  const key = (row) => (row.dataset.step !== undefined ? `step:${row.dataset.step}` : `vm:${row.dataset.vm}`);
+  const old = new Map([...list.querySelectorAll(":scope > .row")].map((row) => [key(row), row]));
+  const wanted = rows.map((row) => {
+    const before = old.get(key(row));
+    if (!before) return row;
+    old.delete(key(row));
+    morph(before, row); // its listeners are the new row's: they name the same step
+    return before;
+  });
+  for (const gone of old.values()) gone.remove();
+  let at = list.querySelector(":scope > .bands").nextElementSibling;
+  for (const row of wanted) {
+    if (row === at) at = at.nextElementSibling;
+    else list.insertBefore(row, at); // a new row, or one out of its place: moved only then
+  }
+}
+
+// Make `old` what `now` is, keeping each node whose kind stays the same where it is.
+function morph(old, now) {
+  for (const name of old.getAttributeNames()) if (!now.hasAttribute(name)) old.removeAttribute(name);
+  for (const { name, value } of now.attributes) {
+    // A style through the CSSOM, as h() sets it: the page's CSP refuses style attributes.
+    if (name === "style") { if (old.style.cssText !== now.style.cssText) old.style.cssText = now.style.cssText; }
+    else if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+  }
+  const before = [...old.childNodes];
+  const after = [...now.childNodes];
+  after.forEach((child, i) => {
+    const was = before[i];
+    if (!was) old.append(child);
+    else if (was.nodeName !== child.nodeName) was.replaceWith(child);
+    else if (child.nodeType === Node.TEXT_NODE) { if (was.data !== child.data) was.data = child.data; }
+    else morph(was, child);
+  });
+  for (const extra of before.slice(after.length)) extra.remove();
 }
 
 // A microVM run's VM as a lane of its own: which runtime node and driver (gVisor and bubblewrap
