@@ -93,37 +93,14 @@ def remote() -> AsyncClient | None:
         return None
     from lantern.sdk.client import AsyncClient
 
-    # httpx takes the same proxy from the environment itself; one it cannot use is a usage
-    # line here, as for the blocking client, not its ImportError at the first request.
-    _proxy(found[0])
-    return AsyncClient(*found)
+    return AsyncClient(*found)  # it checks the environment's proxy as _proxy does
 
 
 def _proxy(url: str) -> SplitResult | None:
+    from lantern.proxies import proxy_for
+
     parts = urlsplit(url)
     return proxy_for(parts.scheme, parts.hostname) if parts.hostname else None
-
-
-def proxy_for(scheme: str, host: str) -> SplitResult | None:
-    """The proxy the environment names for a server at ``host``, or None; UsageError for one
-    that is not an http:// URL."""
-    if not any(name.lower().endswith("_proxy") for name in os.environ):
-        return None  # the usual case, spared urllib.request's imports
-    import urllib.request
-
-    named = urllib.request.getproxies()
-    url = named.get(scheme) or named.get("all")
-    if not url or urllib.request.proxy_bypass(host):
-        return None
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-    if parts.scheme != "http" or not parts.hostname:
-        raise UsageError(f"the proxy for {scheme}:// must be an http:// URL: {shown}")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise UsageError(f"the proxy for {scheme}:// has a bad port: {shown}") from exc
-    return parts
 
 
 def _address() -> tuple[str, str] | None:

@@ -20,8 +20,10 @@ import trustme
 from lantern.cli.api import Api
 from lantern.cli.common import server
 from lantern.errors import LanternError, UsageError
+from lantern.sdk.client import AsyncClient
 from lantern.sdk.errors import ConnectionFailed, NotFoundError, ServerError, Unprocessable
 from lantern.sdk.retry import Backoff
+from lantern.sdk.sync import Client
 from tests.proxy import forward_proxy
 
 
@@ -252,3 +254,8 @@ def test_a_proxy_setting_that_cannot_be_used_is_a_usage_error(
     no_proxy_settings.setenv("HTTP_PROXY", setting)
     with pytest.raises(UsageError, match=problem):
         configured(no_proxy_settings, "http://127.0.0.1:1")
+    # The SDK's clients too, when they are made (httpx's own answer to a SOCKS proxy was an
+    # ImportError naming a package Lantern does not install).
+    for client in (AsyncClient, Client):
+        with pytest.raises(UsageError, match=problem):
+            client("http://127.0.0.1:1", "lk_a_b")
