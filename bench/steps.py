@@ -87,6 +87,7 @@ from lantern.engine.runner import Runner
 from lantern.engine.runs import apply_agent, create_run
 from lantern.engine.worker import Worker
 from lantern.observability import tracing
+from lantern.observability.otlp import encode
 from lantern.store.base import Store
 from lantern.store.postgres import PostgresStore
 from lantern.store.sqlite import SQLiteStore
@@ -469,14 +470,8 @@ NO_HASH = "f" * 64
 
 
 def otlp_bytes(spans: Sequence[ReadableSpan]) -> bytes:
-    """The request ``lantern serve`` exports: its own encoding (``lantern.observability.otlp``,
-    absent from builds before it), else the library's."""
-    try:
-        from lantern.observability.otlp import encode
-    except ImportError:
-        found = None
-    else:
-        found = encode(spans)
+    """The request ``lantern serve`` exports: its own encoding, else the library's."""
+    found = encode(spans)
     if found is None:
         library: bytes = encode_spans(spans).SerializePartialToString()
         return library

@@ -15,13 +15,17 @@ from urllib.parse import SplitResult, urlsplit
 from lantern.errors import UsageError
 
 
-def proxy_for(scheme: str, host: str) -> SplitResult | None:
-    """The proxy the environment names for a server at ``host``, or None; UsageError for one
-    that is not an http:// URL."""
+def proxy_for(server: str) -> SplitResult | None:
+    """The proxy the environment names for the server at URL ``server``, or None; UsageError
+    for one that is not an http:// URL."""
     if not any(name.lower().endswith("_proxy") for name in os.environ):
         return None  # the usual case, spared urllib.request's imports
     import urllib.request
 
+    target = urlsplit(server)
+    scheme, host = target.scheme, target.hostname
+    if not host:
+        return None
     named = urllib.request.getproxies()
     url = named.get(scheme) or named.get("all")
     if not url or urllib.request.proxy_bypass(host):

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import SplitResult, urlsplit
 
 import click
 
 from lantern.config import Settings
 from lantern.errors import DefinitionError, LanternError, UsageError
+from lantern.proxies import proxy_for
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs: `lantern --help` stays quick
     from rich.console import Console
@@ -81,7 +81,7 @@ def server() -> Api | None:
         return None
     from lantern.cli.api import Api
 
-    return Api(*found, proxy=_proxy(found[0]))
+    return Api(*found, proxy=proxy_for(found[0]))
 
 
 def remote() -> AsyncClient | None:
@@ -93,14 +93,7 @@ def remote() -> AsyncClient | None:
         return None
     from lantern.sdk.client import AsyncClient
 
-    return AsyncClient(*found)  # it checks the environment's proxy as _proxy does
-
-
-def _proxy(url: str) -> SplitResult | None:
-    from lantern.proxies import proxy_for
-
-    parts = urlsplit(url)
-    return proxy_for(parts.scheme, parts.hostname) if parts.hostname else None
+    return AsyncClient(*found)  # it checks the environment's proxy as server() does
 
 
 def _address() -> tuple[str, str] | None:

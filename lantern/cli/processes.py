@@ -101,10 +101,9 @@ def supervise(count: int, child: Callable[[int], int]) -> int:
             stop()
             return 0
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
-        if time.monotonic() - started[index] >= STABLE_S:
-            pauses[index] = RESTART_PAUSE_S
-        else:
-            pauses[index] = min(2 * pauses.get(index, RESTART_PAUSE_S / 2), MAX_PAUSE_S)
+        soon = time.monotonic() - started[index] < STABLE_S
+        doubled = soon and index in pauses  # it died soon after a restart: wait twice as long
+        pauses[index] = min(2 * pauses[index], MAX_PAUSE_S) if doubled else RESTART_PAUSE_S
         log.warning(
             "worker %d (pid %d) ended (%s): starting it again in %g s",
             index,

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -83,9 +82,7 @@ class AsyncClient:
             raise UsageError("no Lantern API key: pass api_key or set LANTERN_API_KEY")
         if max_retries < 0 or timeout <= 0:
             raise UsageError("max_retries must be >= 0 and timeout > 0")
-        parts = urlsplit(url)
-        if parts.hostname:
-            proxy_for(parts.scheme, parts.hostname)  # one it cannot use: a usage line, now
+        proxy_for(url)  # one it cannot use: a usage line now, not httpx's ImportError later
         self.base_url = url.rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
