@@ -42,6 +42,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock, seconds)
 
     @property
     def key(self) -> str | None:

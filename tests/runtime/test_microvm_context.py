@@ -259,6 +259,54 @@ def test_a_vm_lost_mid_sleep_is_resumed_and_keeps_the_journaled_due_time(
         cluster.close()
 
 
+def test_a_vm_lost_while_throttled_calls_the_model_no_sooner_than_the_journaled_due_time(
+    tmp_path: Path, fake: FakeProvider
+) -> None:
+    """The microVM side of tests/crash/test_throttle_crash.py (graph, plain and code-first
+    runs): a VM whose ctx.model a rate limit holds back is SIGKILLed with its node; the run,
+    resumed on the other node, makes the call once, with the attempt's key, and no sooner
+    than the due time the control plane journaled before the kill."""
+    working("sandbox")
+    cluster = Cluster(sqlite_url(tmp_path), tmp_path).serve(1, **fake.env())
+    try:
+        nodes = {n: cluster.node(n) for n in ("n1", "n2")}
+        limit = {"match": {"model": "openai/*"}, "tokensPerMinute": 100}
+        cluster.ok("PUT", "/v1/limits/tpm", json=limit)
+        asyncio.run(fill_window(cluster.database_url, "tpm", 95, leaves_in_s=9.0))
+        cluster.agent("asks", "jobs:asks")
+        before = len(fake.requests)
+        run_id = cluster.start_run("asks", {"topic": "otters"})
+
+        def throttled() -> bool:
+            """the step's wait is journaled"""
+            return ("step_throttled", "line") in kinds(cluster.events(run_id))
+
+        cluster.wait_for(throttled, 60)
+        [first] = cluster.vms(run_id)
+        nodes[first["nodeId"]].signal(signal.SIGKILL)
+        killed_at = time.time() * 1000
+        # The window emptied at once: only the journaled due time holds the resumed call back.
+        asyncio.run(fill_window(cluster.database_url, "tpm", 0, leaves_in_s=0.0))
+        run = cluster.finished(run_id)
+        events = cluster.events(run_id)
+        vms = cluster.vms(run_id)
+    finally:
+        cluster.close()
+    assert run["status"] == "succeeded", run
+    assert run["output"]["resumed"] is True
+    assert vms[0]["reason"] == "node_lost" and vms[-1]["nodeId"] != vms[0]["nodeId"]
+    [sent] = fake.requests[before:]  # one call, with the attempt's key
+    assert sent.key == idempotency_key(run_id, "line", 1)
+    line = [e for e in events if e["stepId"] == "line"]
+    # As in-process: the resumed VM's call waited out the journaled wait, not a second one.
+    kinds_ = [e["kind"] for e in line]
+    assert kinds_ == ["step_started", "step_throttled", "step_started", "step_completed"]
+    assert {e["attempt"] for e in line} == {1}  # the wait spent no attempt
+    due = line[1]["data"]["dueAt"]
+    assert killed_at < due  # killed before it was due
+    assert sent.at * 1000 >= due - 5, (sent.at * 1000, due)  # and the call no sooner
+
+
 def test_a_call_the_control_plane_refuses_fails_the_run_saying_why(shared: Cluster) -> None:
     shared.agent("wrong", "jobs:asks_wrong")
     run_id = shared.start_run("wrong", {})
