@@ -128,8 +128,10 @@ def set_limit(
 
     async def on_database(store: Store) -> dict[str, Any]:
         from lantern.models import limit_admin
+        from lantern.models.limit_spec import parse_limit
 
-        return limit_admin.shown(await limit_admin.set_limit(store, workspace, name, body))
+        spec = parse_limit(body)
+        return limit_admin.shown(await limit_admin.set_limit(store, workspace, name, spec))
 
     click.echo(json.dumps(_act(ctx, database_url, through_server, on_database), indent=2))
 

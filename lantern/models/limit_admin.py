@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from lantern.errors import DefinitionError, NotFound
-from lantern.models.limit_spec import check_name, parse_limit
+from lantern.models.limit_spec import LimitSpec, check_name
 from lantern.models.throttle import definitions, used
 from lantern.store.model_limits import SERVER, ModelLimit, ModelLimitStore, limit_json
 
@@ -19,11 +19,12 @@ def scope_of(workspace: str, server: bool) -> str:
     return SERVER if server else workspace
 
 
-async def set_limit(store: ModelLimitStore, workspace: str, name: str, body: Any) -> ModelLimit:
-    """Create or replace the limit ``body`` defines, in ``workspace`` or (``"scope":
-    "server"``) the server's; whoever calls decides who may set a server limit."""
+async def set_limit(
+    store: ModelLimitStore, workspace: str, name: str, spec: LimitSpec
+) -> ModelLimit:
+    """Create or replace the limit ``spec`` (``parse_limit``'s) defines, in ``workspace`` or
+    (``"scope": "server"``) the server's; whoever calls decides who may set a server limit."""
     check_name(name)
-    spec = parse_limit(body)
     where = scope_of(workspace, spec.server)
     if await store.get_limit(where, name) is None:
         if len(await store.list_limits((where,))) >= MAX_LIMITS:

@@ -47,8 +47,9 @@ async def put(
     key: Annotated[ApiKey, Depends(_key)],
 ) -> dict[str, Any]:
     check_name(name)
-    _may(key, parse_limit(body).server)  # a bad body is a 422 before a 403
-    limit = await limit_admin.set_limit(services(request).store, key.workspace, name, body)
+    spec = parse_limit(body)
+    _may(key, spec.server)  # a bad body is a 422 before a 403
+    limit = await limit_admin.set_limit(services(request).store, key.workspace, name, spec)
     return limit_admin.shown(limit)
 
 
