@@ -23,6 +23,7 @@ _NUL = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 # measurable part of a small event's cost on the commit path (each step writes a few).
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_string = json.encoder.encode_basestring  # a str as those encoders write it (not ASCII-only)
 
 
 def dumps(value: Any) -> str:
@@ -75,12 +76,16 @@ def canonical_json(value: Any, *, plain: bool | None = None) -> bytes:
     """RFC 8785 canonical JSON, with JSON's numbers read as doubles (I-JSON).
 
     Plain values go through the standard library, which writes the same bytes for them at a
-    third of the cost (a property test holds the two equal); the rest through ``rfc8785``.
-    ``plain``, when the caller knows, spares the walk that decides it.
+    third of the cost (a property test holds the two equal); the rest part by part
+    (``_composed``), with ``rfc8785`` writing only the numbers the standard library would not
+    write as it does. ``plain``, when the caller knows, spares the walk that decides it.
     """
     if plain if plain is not None else _plain(value):
         return _CANONICAL(value).encode()
-    return rfc8785.dumps(_as_ijson(value))
+    try:
+        return _composed(value).encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate: refused as the library refuses it
+        raise rfc8785.CanonicalizationError("input contains non-UTF-8 codepoints") from exc
 
 
 def is_plain(value: Any) -> bool:
@@ -100,6 +105,30 @@ def _plain(value: Any) -> bool:
     if isinstance(value, list):
         return all(_plain(v) for v in value)
     return False
+
+
+def _composed(value: Any) -> str:
+    """RFC 8785 for a value that is not plain: strings, small integers, booleans and null as
+    the standard library writes them (as RFC 8785 does), objects in RFC 8785's key order
+    (UTF-16 code units), and by ``rfc8785`` only what the standard library writes otherwise
+    (most floats, an integer beyond 2^53, a tuple). A model step's output, whose usage has a
+    float, is then not written wholly by the library, which is pure Python."""
+    if isinstance(value, str):
+        return _string(value)
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true" if value else "false"
+    if isinstance(value, int) and -_SAFE <= value <= _SAFE:
+        return int.__repr__(value)
+    if isinstance(value, float) and 1e-4 <= abs(value) < 1e16 and not value.is_integer():
+        # Written without an exponent and with a fraction, where Python's shortest repr is
+        # ECMAScript's number formatting, which RFC 8785 prescribes.
+        return float.__repr__(value)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        ordered = sorted(value.items(), key=lambda item: item[0].encode("utf-16-be"))
+        return "{" + ",".join(f"{_string(k)}:{_composed(v)}" for k, v in ordered) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_composed(v) for v in value) + "]"
+    return rfc8785.dumps(_as_ijson(value)).decode()
 
 
 def _as_ijson(value: Any) -> Any:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
+import pytest
 import rfc8785
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lantern.engine.chain import GENESIS, canonical, first_broken, link
 from lantern.engine.journal import EventWriter
+from lantern.store.codec import canonical_json
 from lantern.store.records import Event, NewEvent
 
 
@@ -116,3 +118,34 @@ def test_a_large_float_hashes_alike_as_the_integer_postgresql_gives_back() -> No
     as_written = canonical("r", 1, "k", None, None, None, at, {"x": 5.799163883669751e16})
     as_read = canonical("r", 1, "k", None, None, None, at, {"x": 57991638836697510})
     assert as_written == as_read and b'"x":57991638836697510' in as_read
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"usage": 1.5, "score": float("nan")}, rfc8785.FloatDomainError),
+        ({"usage": 1.5, "score": float("-inf")}, rfc8785.FloatDomainError),
+        ({"usage": 1.5, "id": 2**60 + 1}, rfc8785.IntegerDomainError),
+        ({"usage": 1.5, "text": "\ud800"}, rfc8785.CanonicalizationError),
+        ({"usage": 1.5, "nested": {1: "a"}}, rfc8785.CanonicalizationError),
+    ],
+)
+def test_what_canonical_json_cannot_hold_is_refused_as_rfc8785_refuses_it(
+    value: Any, error: type[Exception]
+) -> None:
+    """A value with a float in it is written part by part (the library only for its numbers):
+    what it cannot hold is still refused with the library's errors, which ``chain_problem``
+    turns into the API's messages."""
+    with pytest.raises(error):
+        canonical_json(value)
+    with pytest.raises(error):
+        rfc8785.dumps(value)
+
+
+def test_floats_of_every_magnitude_and_tuples_are_written_as_rfc8785_writes_them() -> None:
+    values = [0.0, -0.0, 5.0, -2.5, 1e-4, 9.99e-5, 4.5e-06, 1e-7, 1e-6, 0.1 + 0.2, 1e15 + 0.5]
+    values += [2.0**53, 2.0**53 + 2, 1e16, 1e21, 1.5e300, 5e-324, 123456789.123]
+    # Keys in UTF-16 order, which is not code point order past the BMP: U+1F600 before U+E000.
+    keys = {"\ue000": 1, "\U0001f600": 2.5, "é": {"ü": -1e-5, "a": [None, True]}}
+    value: Any = {"floats": values, "pair": (1, 2.5), **keys}
+    assert canonical_json(value) == rfc8785.dumps(value)
