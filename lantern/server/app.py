@@ -169,10 +169,10 @@ def create_app(settings: Settings, tools: App, *, grace: float = 30.0) -> ASGIAp
     problems.install(api)
     routers = (runs, outputs, stream, agents, secrets, schedules, limits, workers, workspace)
     for module in (*routers, health, receipts, runtime, ui, operate):
-        # The routes themselves, not ``include_router``: FastAPI (from 0.16x) wraps an included
-        # router, and every request then matched through each wrapper twice, re-reading every
-        # router's routes (a fifth of a light request's CPU). The routers carry their prefix,
-        # tags and responses in their routes already; they are included with no options.
+        # The routes themselves, not ``include_router``: FastAPI (0.165 here) wraps an included
+        # router, and every request was matched through each wrapper twice, re-reading every
+        # router's routes (a fifth of a light request's CPU). The routers' routes carry their
+        # prefix, tags and responses already, and none is included with options of its own.
         api.router.routes.extend(module.router.routes)
     api.mount("/ui/static", ui.static, name="ui-static")
     api.openapi = lambda: document(api)  # type: ignore[method-assign]
