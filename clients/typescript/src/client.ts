@@ -144,19 +144,24 @@ export class LanternClient {
   /** Start a run of the agent's newest version. The request always carries an idempotency key
    * (a random one unless given), so it is safely retried: the same key with the same body
    * gives back the same run; with another body, ConflictError. `priority` (0 to 9, default 5):
-   * among queued runs that may start, a higher one starts first. */
+   * among queued runs that may start, a higher one starts first. With `waitMs` (up to 60 s)
+   * the server answers once the run is finished, or when the wait is over with the run as it
+   * is then: a short run in one request. */
   async createRun(
     agentName: string,
     input?: unknown,
-    options: CallOptions & { idempotencyKey?: string; priority?: number } = {},
+    options: CallOptions & { idempotencyKey?: string; priority?: number; waitMs?: number } = {},
   ): Promise<Run> {
     const body: CreateRunBody = { agentName, input: input ?? null, priority: options.priority ?? 5 };
     const key = options.idempotencyKey ?? randomKey();
+    const wait = options.waitMs === undefined ? undefined : seconds(options.waitMs);
     const run = await this.send<CreateAnswer>("POST", "/v1/runs", {
       ...options,
       safe: true,
       body,
       headers: { "Idempotency-Key": key },
+      query: { wait },
+      extraMs: Math.max(options.waitMs ?? 0, 0),
     });
     return checked(run, RUN_KEYS);
   }

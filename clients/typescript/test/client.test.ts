@@ -168,6 +168,17 @@ describe("runs", () => {
     assert.deepEqual(none.items, []);
   });
 
+  test("a create with waitMs answers with the finished run, or as it stands when the wait is over", async () => {
+    const done = await client.createRun("chain", {}, { waitMs: 30_000 });
+    assert.equal(done.status, "succeeded"); // one request: the create's own answer
+    assert.equal((await client.getRun(done.id)).status, "succeeded");
+    const started = Date.now();
+    const parkedRun = await client.createRun("gated", { text: "a" }, { waitMs: 300 });
+    assert.ok(["queued", "running", "waiting"].includes(parkedRun.status), parkedRun.status);
+    assert.ok(Date.now() - started < 10_000);
+    await client.cancel(parkedRun.id);
+  });
+
   test("the journal comes a page at a time, each page after the last", async () => {
     const run = await client.createRun("chain", {});
     const done = await client.wait(run.id, { timeoutMs: 30_000 });
