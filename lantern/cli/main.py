@@ -182,7 +182,11 @@ def run_agent(
             body["priority"] = priority
         # The key makes the create safe to retry: a lost answer never starts a second run.
         key = {"Idempotency-Key": secrets.token_hex(16)}
-        submitted = parsed(Run.from_json, api.post("/v1/runs", body, headers=key, safe=True))
+        # With --wait the create waits too: a short run is one request.
+        waiting = {"wait": 60} if wait else None
+        extra = 60 if wait else 0
+        answer = api.post("/v1/runs", body, headers=key, safe=True, params=waiting, extra=extra)
+        submitted = parsed(Run.from_json, answer)
         if not wait:
             click.echo(submitted.id)
             return 0
