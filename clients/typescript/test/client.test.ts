@@ -1,10 +1,9 @@
 // The TypeScript client against a real `lantern serve` (SQLite in a temporary folder): runs
 // created once per Idempotency-Key, read and listed page by page, the journal paged, the live
 // stream with its text and a resume across a server SIGKILLed mid-run, approvals, cancel and
-// retry, and every error the server answers mapped onto the error tree. The agents are graphs of
-// built-in nodes and the offline model. Large outputs read back (events with expandOutputs,
-// blob) and a run deleted. The signals call (CONTRACT §15) has no test here: the
-// server has no signals API yet.
+// retry, signals, and every error the server answers mapped onto the error tree. The agents are
+// graphs of built-in nodes and the offline model. Large outputs read back (events with
+// expandOutputs, blob) and a run deleted. A create with waitMs answers with the finished run.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
